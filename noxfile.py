@@ -1,0 +1,118 @@
+"""Developer sessions for the flagos monorepo.
+
+Every session makes its own virtual environment and installs what it needs, so the
+commands in README.md work on a fresh machine with only Python and pip.
+Compiled packages build against the torch installed in that environment, without
+build isolation (a build-isolated environment would pull a different torch).
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+import nox
+
+ROOT = pathlib.Path(__file__).parent
+nox.options.default_venv_backend = "venv"
+nox.options.sessions = ["tests"]
+nox.options.reuse_existing_virtualenvs = False
+
+# The CPU machines take this build from local disk; newer ranges pull a CUDA build.
+TORCH_CPU = "torch==2.13.0"
+BUILD_TOOLS = ["scikit-build-core>=0.10", "pybind11>=2.12", "ninja", "pytest", "numpy"]
+
+# Install order follows the dependency graph; every package is a separate wheel.
+PACKAGES = [
+    "packages/flagos-hal",
+    "packages/flagos-core",
+    "packages/flagos-ops-boxing",
+    "packages/flagos-ops-gems",
+    "packages/flagos-ops-native",
+    "packages/flagos-distributed",
+    "packages/flagos-compile",
+]
+
+
+def _install_torch(session: nox.Session, hw: str) -> None:
+    if hw == "cuda":
+        # GPU machines bring their own CUDA torch; the venv sees it (system site packages).
+        session.run("python", "-c", "import torch; assert torch.cuda.is_available(), 'no CUDA'")
+    else:
+        session.install(TORCH_CPU)
+
+
+def _install_flagos(session: nox.Session, packages: list[str] = PACKAGES) -> None:
+    session.install(*BUILD_TOOLS)
+    for pkg in packages:
+        if (ROOT / pkg / "pyproject.toml").exists():
+            session.install("--no-build-isolation", "--no-deps", f"./{pkg}")
+
+
+def _venv_params(hw: str) -> dict:
+    return {"venv_params": ["--system-site-packages"]} if hw == "cuda" else {}
+
+
+@nox.session
+@nox.parametrize("hw", ["sim", "cuda"], ids=["sim", "cuda"])
+def tests(session: nox.Session, hw: str) -> None:
+    """Run every package's tests and the integration tests on the sim (or cuda) HAL."""
+    if hw == "cuda" and not session.virtualenv._venv_params:  # noqa: SLF001
+        session.virtualenv._venv_params = ["--system-site-packages"]  # noqa: SLF001
+        session.virtualenv.create()
+    _install_torch(session, hw)
+    _install_flagos(session)
+    env = {"FLAGOS_TEST_HW": hw, "FLAGOS_HAL": hw}
+    session.run("python", "-m", "flagos_hal.conformance", "--hal", hw, env=env)
+    if hw == "sim":
+        session.run("python", "-m", "flagos_hal.conformance", "--hal", "sim", "--asan", env=env)
+    session.run(
+        "python", "-m", "pytest", "-q", "-p", "no:cacheprovider",
+        *[p + "/tests" for p in PACKAGES if (ROOT / p / "tests").exists()],
+        "integration_tests",
+        *session.posargs,
+        env=env,
+    )
+
+
+@nox.session
+def conformance(session: nox.Session) -> None:
+    """Run the HAL conformance suite (pass --hal NAME|PATH after --)."""
+    session.install(*BUILD_TOOLS)
+    session.install("--no-build-isolation", "--no-deps", "./packages/flagos-hal")
+    session.run("python", "-m", "flagos_hal.conformance", *(session.posargs or ["--hal", "sim"]))
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff over the whole tree."""
+    session.install("ruff")
+    session.run("ruff", "check", ".")
+
+
+@nox.session
+def build(session: nox.Session) -> None:
+    """A wheel per package into dist/."""
+    session.install(TORCH_CPU, *BUILD_TOOLS, "build")
+    for pkg in PACKAGES + ["packages/meta/flagos-sim", "packages/meta/flagos-nvidia"]:
+        if (ROOT / pkg / "pyproject.toml").exists():
+            session.run("python", "-m", "pip", "wheel", "--no-build-isolation", "--no-deps",
+                        "-w", str(ROOT / "dist"), f"./{pkg}")
+
+
+@nox.session
+def demo(session: nox.Session) -> None:
+    """The main job: train a small transformer on flagos (sim by default) against CPU."""
+    hw = os.environ.get("FLAGOS_HAL", "sim")
+    _install_torch(session, hw)
+    _install_flagos(session)
+    session.run("python", "-m", "flagos.demo", *session.posargs)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Benchmarks: ratios against native PyTorch measured side by side in one run."""
+    hw = os.environ.get("FLAGOS_HAL", "sim")
+    _install_torch(session, hw)
+    _install_flagos(session)
+    session.run("python", "-m", "flagos.bench", *session.posargs)

@@ -1,0 +1,220 @@
+/*
+ * flagos HAL: the C ABI a chip vendor implements so that PyTorch runs on its chip.
+ *
+ * A HAL is a shared library that exports exactly one symbol:
+ *
+ *     flagos_status_t flagos_hal_get_table(uint32_t abi_major,
+ *                                          const flagos_hal_table_t** out);
+ *
+ * It hands out a table of function pointers. Nothing else is looked up by name,
+ * so several HALs (built by different vendors, or two builds of one) can be
+ * opened with RTLD_LOCAL in one process without symbol clashes.
+ *
+ * Versioning. `abi_version` is (major << 16 | minor). A loader accepts a table
+ * whose major equals its own FLAGOS_HAL_ABI_MAJOR. Minor versions only append
+ * function pointers at the end of the table; `struct_size` says how much of the
+ * table the vendor built, so a newer loader never reads past an older vendor's
+ * table (see FLAGOS_HAL_HAS()).
+ *
+ * Conventions.
+ *  - Every function returns a flagos_status_t; results come back through
+ *    out-parameters, which are left untouched on failure.
+ *  - Device indices are the HAL's own: 0 .. device_count-1. The core maps them
+ *    onto the global flagos:N indices.
+ *  - All functions are thread-safe. "Current device" is per host thread, as in
+ *    CUDA.
+ *  - Zero-size allocations succeed and return NULL; freeing NULL succeeds.
+ *  - After an error, get_last_error_message() on the same thread returns a
+ *    human-readable detail (may be "").
+ */
+#ifndef FLAGOS_HAL_H_
+#define FLAGOS_HAL_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FLAGOS_HAL_ABI_MAJOR 1u
+#define FLAGOS_HAL_ABI_MINOR 0u
+#define FLAGOS_HAL_ABI_VERSION ((FLAGOS_HAL_ABI_MAJOR << 16) | FLAGOS_HAL_ABI_MINOR)
+#define FLAGOS_HAL_ENTRY_SYMBOL "flagos_hal_get_table"
+
+#if defined(_WIN32)
+#define FLAGOS_HAL_EXPORT __declspec(dllexport)
+#else
+#define FLAGOS_HAL_EXPORT __attribute__((visibility("default")))
+#endif
+
+typedef enum flagos_status {
+  FLAGOS_SUCCESS = 0,
+  FLAGOS_ERROR_INVALID_VALUE = 1,   /* a bad argument: NULL out-pointer, bad kind, ... */
+  FLAGOS_ERROR_INVALID_DEVICE = 2,  /* device index out of range */
+  FLAGOS_ERROR_OUT_OF_MEMORY = 3,   /* the device (or host) allocation cannot be served */
+  FLAGOS_ERROR_NOT_READY = 4,       /* query: work is still pending (not a failure) */
+  FLAGOS_ERROR_INVALID_HANDLE = 5,  /* unknown stream/event/pointer */
+  FLAGOS_ERROR_NOT_SUPPORTED = 6,   /* the HAL does not implement this call */
+  FLAGOS_ERROR_NO_DEVICE = 7,       /* no driver or no device present */
+  FLAGOS_ERROR_DEVICE_FAULT = 8,    /* the device failed the work (incl. injected faults) */
+  FLAGOS_ERROR_VERSION_MISMATCH = 9,/* flagos_hal_get_table: unsupported ABI major */
+  FLAGOS_ERROR_UNKNOWN = 999
+} flagos_status_t;
+
+/* Which native PyTorch device, if any, can address this HAL's device memory
+ * directly (a device pointer is a valid pointer of that device). This is what
+ * lets providers run native kernels on flagos memory without a copy. */
+typedef enum flagos_native_device {
+  FLAGOS_NATIVE_NONE = 0, /* memory is opaque: only the HAL's memcpy can touch it */
+  FLAGOS_NATIVE_CPU = 1,  /* device pointers are host pointers (e.g. the simulated device) */
+  FLAGOS_NATIVE_CUDA = 2  /* device pointers are CUDA device pointers (same UVA space) */
+} flagos_native_device_t;
+
+typedef enum flagos_memcpy_kind {
+  FLAGOS_MEMCPY_HOST_TO_HOST = 0,
+  FLAGOS_MEMCPY_HOST_TO_DEVICE = 1,
+  FLAGOS_MEMCPY_DEVICE_TO_HOST = 2,
+  FLAGOS_MEMCPY_DEVICE_TO_DEVICE = 3 /* also between two devices of this HAL */
+} flagos_memcpy_kind_t;
+
+typedef enum flagos_pointer_type {
+  FLAGOS_POINTER_UNKNOWN = 0, /* not allocated by this HAL (plain host memory) */
+  FLAGOS_POINTER_DEVICE = 1,  /* inside a live device allocation */
+  FLAGOS_POINTER_PINNED_HOST = 2 /* inside a live host_malloc allocation */
+} flagos_pointer_type_t;
+
+/* Event creation flags (bitwise or). */
+#define FLAGOS_EVENT_DEFAULT 0u
+#define FLAGOS_EVENT_DISABLE_TIMING 1u /* cheaper; elapsed_time on it fails */
+#define FLAGOS_EVENT_BLOCKING_SYNC 2u  /* synchronize may sleep instead of spin */
+
+typedef struct flagos_stream_s* flagos_stream_t; /* opaque; owned by the HAL */
+typedef struct flagos_event_s* flagos_event_t;   /* opaque; owned by the HAL */
+
+typedef struct flagos_device_properties {
+  uint32_t struct_size;        /* caller sets sizeof(flagos_device_properties_t) */
+  char name[256];              /* e.g. "NVIDIA H200", "flagos-sim" */
+  uint64_t total_memory;       /* bytes */
+  int32_t compute_units;       /* SMs, cores, AI cores, ... */
+  int32_t native_device_index; /* index of the twin native device (cuda:N), -1 if none */
+  int32_t major;               /* vendor's architecture version, 0 if meaningless */
+  int32_t minor;
+} flagos_device_properties_t;
+
+typedef struct flagos_pointer_attributes {
+  flagos_pointer_type_t type;
+  int32_t device;   /* owning device for FLAGOS_POINTER_DEVICE, else -1 */
+  void* base;       /* start of the allocation holding the pointer, or NULL */
+  size_t size;      /* size of that allocation in bytes, or 0 */
+} flagos_pointer_attributes_t;
+
+typedef struct flagos_hal_table {
+  uint32_t abi_version; /* FLAGOS_HAL_ABI_VERSION the vendor built against */
+  uint32_t struct_size; /* sizeof(flagos_hal_table_t) the vendor built */
+
+  /* ---- identity and capabilities ---------------------------------------- */
+  /* Short lowercase HAL name ("sim", "cuda", "ascend"); static storage. */
+  flagos_status_t (*get_name)(const char** name);
+  /* Vendor's own version string (driver/runtime versions); static storage. */
+  flagos_status_t (*get_version)(const char** version);
+  /* Text for a status code; static storage. Unknown codes give "unknown error". */
+  flagos_status_t (*get_error_string)(flagos_status_t status, const char** text);
+  /* Detail of the last failed call on this thread ("" if none); thread-local storage
+   * valid until the next HAL call on this thread. */
+  flagos_status_t (*get_last_error_message)(const char** text);
+  /* Which native torch device can address device memory (see flagos_native_device_t). */
+  flagos_status_t (*get_native_device)(flagos_native_device_t* kind);
+
+  /* ---- devices ------------------------------------------------------------ */
+  /* Number of devices; 0 with FLAGOS_SUCCESS when the driver is absent. */
+  flagos_status_t (*get_device_count)(int* count);
+  /* Current device of the calling thread (0 initially). */
+  flagos_status_t (*get_device)(int* device);
+  /* Make `device` current for the calling thread; INVALID_DEVICE if out of range. */
+  flagos_status_t (*set_device)(int device);
+  /* Fill `props` (caller sets props->struct_size; the HAL writes at most that much). */
+  flagos_status_t (*get_device_properties)(int device, flagos_device_properties_t* props);
+  /* Block until all work on every stream of `device` has finished. */
+  flagos_status_t (*device_synchronize)(int device);
+  /* Free and total device memory in bytes, as the device sees it. */
+  flagos_status_t (*mem_get_info)(int device, size_t* free_bytes, size_t* total_bytes);
+
+  /* ---- memory ------------------------------------------------------------- */
+  /* Allocate `size` bytes on `device`, aligned to at least 256 bytes.
+   * size 0 -> *ptr = NULL and SUCCESS. Not enough memory -> OUT_OF_MEMORY
+   * (never a crash, never an abort), *ptr untouched. */
+  flagos_status_t (*malloc)(int device, size_t size, void** ptr);
+  /* Free a pointer returned by malloc on `device`. NULL is a no-op.
+   * A pointer this HAL did not hand out -> INVALID_HANDLE (not a crash).
+   * The caller guarantees no pending work uses it (sync or stream-ordered by the core). */
+  flagos_status_t (*free)(int device, void* ptr);
+  /* Page-locked host memory usable for truly asynchronous copies. */
+  flagos_status_t (*host_malloc)(size_t size, void** ptr);
+  flagos_status_t (*host_free)(void* ptr);
+  /* Synchronous copy: returns after the bytes have arrived; ordered after all
+   * work previously queued on the default stream of the devices involved. */
+  flagos_status_t (*memcpy)(void* dst, const void* src, size_t size, flagos_memcpy_kind_t kind);
+  /* Asynchronous copy queued on `stream`. The host side of a HOST_TO_DEVICE /
+   * DEVICE_TO_HOST copy must stay valid until the stream reaches the copy. */
+  flagos_status_t (*memcpy_async)(void* dst, const void* src, size_t size,
+                                  flagos_memcpy_kind_t kind, flagos_stream_t stream);
+  /* Set `size` bytes of device memory at `ptr` to (unsigned char)value. */
+  flagos_status_t (*memset)(void* ptr, int value, size_t size);
+  flagos_status_t (*memset_async)(void* ptr, int value, size_t size, flagos_stream_t stream);
+  /* What `ptr` is: device memory (and which device), pinned host memory, or unknown. */
+  flagos_status_t (*pointer_get_attributes)(const void* ptr, flagos_pointer_attributes_t* attr);
+
+  /* ---- streams ------------------------------------------------------------ */
+  /* Create a stream on `device`. Lower numbers are higher priority (as CUDA);
+   * `priority` is clamped into the range of get_stream_priority_range. */
+  flagos_status_t (*stream_create)(int device, int priority, flagos_stream_t* stream);
+  /* Least (lowest priority, usually 0) and greatest (highest, most negative) priorities. */
+  flagos_status_t (*stream_get_priority_range)(int* least, int* greatest);
+  /* The default stream of `device`: never destroyed, valid for the process lifetime. */
+  flagos_status_t (*stream_get_default)(int device, flagos_stream_t* stream);
+  /* Destroy after its queued work finishes; the default stream cannot be destroyed. */
+  flagos_status_t (*stream_destroy)(flagos_stream_t stream);
+  /* SUCCESS when all queued work is done, NOT_READY otherwise. */
+  flagos_status_t (*stream_query)(flagos_stream_t stream);
+  /* Block the host until all work queued on this one stream is done. */
+  flagos_status_t (*stream_synchronize)(flagos_stream_t stream);
+  /* Work queued on `stream` after this call waits until `event` has completed
+   * (the last record of `event` at the time of this call). Does not block the host. */
+  flagos_status_t (*stream_wait_event)(flagos_stream_t stream, flagos_event_t event);
+  /* Device of a stream. */
+  flagos_status_t (*stream_get_device)(flagos_stream_t stream, int* device);
+  /* The native twin's stream handle (a cudaStream_t for CUDA HALs), or NULL. */
+  flagos_status_t (*stream_get_native_handle)(flagos_stream_t stream, void** handle);
+
+  /* ---- events ------------------------------------------------------------- */
+  /* Create an event with FLAGOS_EVENT_* flags. An event never recorded counts as complete. */
+  flagos_status_t (*event_create)(unsigned int flags, flagos_event_t* event);
+  flagos_status_t (*event_destroy)(flagos_event_t event);
+  /* Capture the work queued on `stream` so far; re-recording replaces the capture. */
+  flagos_status_t (*event_record)(flagos_event_t event, flagos_stream_t stream);
+  /* SUCCESS when the captured work has completed, NOT_READY otherwise. */
+  flagos_status_t (*event_query)(flagos_event_t event);
+  /* Block the host until the captured work has completed. */
+  flagos_status_t (*event_synchronize)(flagos_event_t event);
+  /* Milliseconds between two completed, timing-enabled events (end - start).
+   * NOT_READY if either has not completed; INVALID_HANDLE if timing is disabled. */
+  flagos_status_t (*event_elapsed_time)(float* ms, flagos_event_t start, flagos_event_t end);
+  /* Add new functions here, after the last one, and bump FLAGOS_HAL_ABI_MINOR. */
+} flagos_hal_table_t;
+
+/* True when `table` (built by a vendor) contains the function `field`. */
+#define FLAGOS_HAL_HAS(table, field)                                              \
+  ((table)->struct_size >= offsetof(flagos_hal_table_t, field) + sizeof((table)->field) && \
+   (table)->field != NULL)
+
+/* The one symbol a HAL library exports. Returns VERSION_MISMATCH (and leaves *out
+ * untouched) when it cannot serve `abi_major`. */
+typedef flagos_status_t (*flagos_hal_get_table_fn)(uint32_t abi_major,
+                                                    const flagos_hal_table_t** out);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* FLAGOS_HAL_H_ */
