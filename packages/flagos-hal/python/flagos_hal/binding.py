@@ -1,0 +1,398 @@
+"""ctypes binding of the flagos HAL C ABI (include/flagos_hal/flagos_hal.h).
+
+``load(name_or_path)`` opens a HAL library (RTLD_LOCAL, so several HALs, even two copies
+of one, coexist in a process), checks its ABI and returns a :class:`Hal` whose methods
+raise :class:`HalError` on failure. Pointers and stream/event handles are Python ints.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+import os
+from dataclasses import dataclass
+
+ABI_MAJOR = 1
+ABI_MINOR = 0
+ABI_VERSION = (ABI_MAJOR << 16) | ABI_MINOR
+ENTRY_SYMBOL = "flagos_hal_get_table"
+
+EVENT_DEFAULT = 0
+EVENT_DISABLE_TIMING = 1
+EVENT_BLOCKING_SYNC = 2
+
+
+class Status(enum.IntEnum):
+    SUCCESS = 0
+    INVALID_VALUE = 1
+    INVALID_DEVICE = 2
+    OUT_OF_MEMORY = 3
+    NOT_READY = 4
+    INVALID_HANDLE = 5
+    NOT_SUPPORTED = 6
+    NO_DEVICE = 7
+    DEVICE_FAULT = 8
+    VERSION_MISMATCH = 9
+    UNKNOWN = 999
+
+
+class NativeDevice(enum.IntEnum):
+    NONE = 0
+    CPU = 1
+    CUDA = 2
+
+
+class MemcpyKind(enum.IntEnum):
+    HOST_TO_HOST = 0
+    HOST_TO_DEVICE = 1
+    DEVICE_TO_HOST = 2
+    DEVICE_TO_DEVICE = 3
+
+
+class PointerType(enum.IntEnum):
+    UNKNOWN = 0
+    DEVICE = 1
+    PINNED_HOST = 2
+
+
+def _status_name(status: int) -> str:
+    try:
+        return Status(status).name
+    except ValueError:
+        return str(status)
+
+
+class HalError(RuntimeError):
+    """A failed HAL call: ``status`` (a :class:`Status` or int) and ``message``."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class HalAbiError(HalError):
+    """The library is not a flagos HAL of this ABI major."""
+
+
+class DeviceProperties(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("name", ctypes.c_char * 256),
+        ("total_memory", ctypes.c_uint64),
+        ("compute_units", ctypes.c_int32),
+        ("native_device_index", ctypes.c_int32),
+        ("major", ctypes.c_int32),
+        ("minor", ctypes.c_int32),
+    ]
+
+
+class PointerAttributesStruct(ctypes.Structure):
+    _fields_ = [
+        ("type", ctypes.c_int),
+        ("device", ctypes.c_int32),
+        ("base", ctypes.c_void_p),
+        ("size", ctypes.c_size_t),
+    ]
+
+
+@dataclass(frozen=True)
+class PointerAttributes:
+    type: PointerType
+    device: int
+    base: int  # 0 when unknown
+    size: int
+
+
+_int_p = ctypes.POINTER(ctypes.c_int)
+_size_p = ctypes.POINTER(ctypes.c_size_t)
+_vp = ctypes.c_void_p
+_vpp = ctypes.POINTER(ctypes.c_void_p)
+_cstr_p = ctypes.POINTER(ctypes.c_char_p)
+_u, _i, _sz = ctypes.c_uint, ctypes.c_int, ctypes.c_size_t
+
+# The table, in header order: (field, argument types). Every function returns a status.
+TABLE_FUNCTIONS: list[tuple[str, list]] = [
+    ("get_name", [_cstr_p]),
+    ("get_version", [_cstr_p]),
+    ("get_error_string", [_i, _cstr_p]),
+    ("get_last_error_message", [_cstr_p]),
+    ("get_native_device", [_int_p]),
+    ("get_device_count", [_int_p]),
+    ("get_device", [_int_p]),
+    ("set_device", [_i]),
+    ("get_device_properties", [_i, ctypes.POINTER(DeviceProperties)]),
+    ("device_synchronize", [_i]),
+    ("mem_get_info", [_i, _size_p, _size_p]),
+    ("malloc", [_i, _sz, _vpp]),
+    ("free", [_i, _vp]),
+    ("host_malloc", [_sz, _vpp]),
+    ("host_free", [_vp]),
+    ("memcpy", [_vp, _vp, _sz, _i]),
+    ("memcpy_async", [_vp, _vp, _sz, _i, _vp]),
+    ("memset", [_vp, _i, _sz]),
+    ("memset_async", [_vp, _i, _sz, _vp]),
+    ("pointer_get_attributes", [_vp, ctypes.POINTER(PointerAttributesStruct)]),
+    ("stream_create", [_i, _i, _vpp]),
+    ("stream_get_priority_range", [_int_p, _int_p]),
+    ("stream_get_default", [_i, _vpp]),
+    ("stream_destroy", [_vp]),
+    ("stream_query", [_vp]),
+    ("stream_synchronize", [_vp]),
+    ("stream_wait_event", [_vp, _vp]),
+    ("stream_get_device", [_vp, _int_p]),
+    ("stream_get_native_handle", [_vp, _vpp]),
+    ("event_create", [_u, _vpp]),
+    ("event_destroy", [_vp]),
+    ("event_record", [_vp, _vp]),
+    ("event_query", [_vp]),
+    ("event_synchronize", [_vp]),
+    ("event_elapsed_time", [ctypes.POINTER(ctypes.c_float), _vp, _vp]),
+]
+
+
+class Table(ctypes.Structure):
+    _fields_ = [("abi_version", ctypes.c_uint32), ("struct_size", ctypes.c_uint32)] + [
+        (name, ctypes.CFUNCTYPE(ctypes.c_int, *args)) for name, args in TABLE_FUNCTIONS
+    ]
+
+
+# ABI 1.0 is complete up to event_elapsed_time; a smaller table is a broken vendor build.
+MIN_TABLE_SIZE = Table.event_elapsed_time.offset + ctypes.sizeof(ctypes.c_void_p)
+_GetTable = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint32, ctypes.POINTER(ctypes.POINTER(Table)))
+
+
+def version_string(v: int) -> str:
+    return f"{v >> 16}.{v & 0xFFFF}"
+
+
+class Hal:
+    """One opened HAL library. Methods mirror the C table and raise HalError on failure."""
+
+    def __init__(self, path: str):
+        self.path = os.fspath(path)
+        try:
+            self._lib = ctypes.CDLL(self.path, mode=os.RTLD_NOW | os.RTLD_LOCAL)
+        except OSError as e:
+            raise HalError(Status.UNKNOWN, f"flagos: cannot open HAL library '{self.path}': {e}") from e
+        try:
+            entry = _GetTable((ENTRY_SYMBOL, self._lib))
+        except AttributeError as e:
+            raise HalError(
+                Status.UNKNOWN,
+                f"flagos: '{self.path}' is not a flagos HAL: it does not export {ENTRY_SYMBOL}",
+            ) from e
+        out = ctypes.POINTER(Table)()
+        status = entry(ABI_MAJOR, ctypes.byref(out))
+        found = out.contents.abi_version if out else None
+        if status == Status.VERSION_MISMATCH or (status == 0 and found is not None
+                                                 and found >> 16 != ABI_MAJOR):
+            what = version_string(found) if found is not None else f"a HAL refusing major {ABI_MAJOR}"
+            raise HalAbiError(
+                Status.VERSION_MISMATCH,
+                f"flagos: HAL library '{self.path}' has an incompatible ABI: expected "
+                f"{version_string(ABI_VERSION)} (major {ABI_MAJOR}), found {what}. Rebuild the HAL "
+                "against this flagos-hal, or install a matching flagos-hal.",
+            )
+        if status != 0 or not out:
+            raise HalError(status, f"flagos: HAL library '{self.path}' failed to hand out its "
+                                   f"table: status {_status_name(status)}")
+        if out.contents.struct_size < MIN_TABLE_SIZE:
+            raise HalAbiError(
+                Status.VERSION_MISMATCH,
+                f"flagos: HAL library '{self.path}' has a truncated function table "
+                f"({out.contents.struct_size} bytes, ABI 1.0 needs {MIN_TABLE_SIZE})",
+            )
+        self.table = out.contents
+        self.abi_version = self.table.abi_version
+        self.name = self._string("get_name")
+        self.version = self._string("get_version")
+
+    def __repr__(self) -> str:
+        return f"<flagos_hal.Hal {self.name!r} from {self.path}>"
+
+    # ---- plumbing ---------------------------------------------------------------
+    def has(self, function: str) -> bool:
+        """Whether the vendor's table contains `function` (FLAGOS_HAL_HAS)."""
+        field = getattr(Table, function)
+        return self.table.struct_size >= field.offset + field.size and bool(
+            getattr(self.table, function))
+
+    def raw(self, function: str, *args) -> int:
+        """Call a table function with ctypes arguments and return its raw status."""
+        if not self.has(function):
+            return int(Status.NOT_SUPPORTED)
+        return int(getattr(self.table, function)(*args))
+
+    def error_string(self, status: int) -> str:
+        text = ctypes.c_char_p()
+        if self.raw("get_error_string", int(status), ctypes.byref(text)) != 0 or not text.value:
+            return ""
+        return text.value.decode(errors="replace")
+
+    def last_error_message(self) -> str:
+        text = ctypes.c_char_p()
+        if self.raw("get_last_error_message", ctypes.byref(text)) != 0 or not text.value:
+            return ""
+        return text.value.decode(errors="replace")
+
+    def call(self, function: str, *args) -> None:
+        """Call a table function; raise HalError naming library and function on failure."""
+        status = self.raw(function, *args)
+        if status != 0:
+            self._raise(function, status)
+
+    def _raise(self, function: str, status: int):
+        detail = self.last_error_message()
+        text = self.error_string(status) or "unknown error"
+        raise HalError(
+            Status(status) if status in Status._value2member_map_ else status,
+            f"{self.name or self.path} HAL ({self.path}): {function} failed with "
+            f"{_status_name(status)} ({text})" + (f": {detail}" if detail else ""),
+        )
+
+    def _out(self, function: str, ctype, *args):
+        value = ctype()
+        self.call(function, *args, ctypes.byref(value))
+        return value.value
+
+    def _string(self, function: str) -> str:
+        return (self._out(function, ctypes.c_char_p) or b"").decode(errors="replace")
+
+    # ---- identity and devices ---------------------------------------------------
+    def native_device(self) -> NativeDevice:
+        return NativeDevice(self._out("get_native_device", ctypes.c_int))
+
+    def device_count(self) -> int:
+        return self._out("get_device_count", ctypes.c_int)
+
+    def get_device(self) -> int:
+        return self._out("get_device", ctypes.c_int)
+
+    def set_device(self, device: int) -> None:
+        self.call("set_device", device)
+
+    def device_properties(self, device: int) -> DeviceProperties:
+        props = DeviceProperties(struct_size=ctypes.sizeof(DeviceProperties))
+        self.call("get_device_properties", device, ctypes.byref(props))
+        return props
+
+    def device_synchronize(self, device: int) -> None:
+        self.call("device_synchronize", device)
+
+    def mem_get_info(self, device: int) -> tuple[int, int]:
+        """(free, total) bytes of `device`."""
+        free, total = ctypes.c_size_t(), ctypes.c_size_t()
+        self.call("mem_get_info", device, ctypes.byref(free), ctypes.byref(total))
+        return free.value, total.value
+
+    # ---- memory -----------------------------------------------------------------
+    def malloc(self, device: int, size: int) -> int:
+        return self._out("malloc", ctypes.c_void_p, device, size) or 0
+
+    def free(self, device: int, ptr: int) -> None:
+        self.call("free", device, ptr)
+
+    def host_malloc(self, size: int) -> int:
+        return self._out("host_malloc", ctypes.c_void_p, size) or 0
+
+    def host_free(self, ptr: int) -> None:
+        self.call("host_free", ptr)
+
+    def memcpy(self, dst: int, src: int, size: int, kind: MemcpyKind) -> None:
+        self.call("memcpy", dst, src, size, int(kind))
+
+    def memcpy_async(self, dst: int, src: int, size: int, kind: MemcpyKind, stream: int) -> None:
+        self.call("memcpy_async", dst, src, size, int(kind), stream)
+
+    def memset(self, ptr: int, value: int, size: int) -> None:
+        self.call("memset", ptr, value, size)
+
+    def memset_async(self, ptr: int, value: int, size: int, stream: int) -> None:
+        self.call("memset_async", ptr, value, size, stream)
+
+    def write(self, ptr: int, data: bytes) -> None:
+        """Synchronous host-to-device copy of `data` to device pointer `ptr`."""
+        buf = ctypes.create_string_buffer(bytes(data), len(data))
+        self.memcpy(ptr, ctypes.addressof(buf), len(data), MemcpyKind.HOST_TO_DEVICE)
+
+    def read(self, ptr: int, size: int) -> bytes:
+        """Synchronous device-to-host copy of `size` bytes at device pointer `ptr`."""
+        buf = ctypes.create_string_buffer(size)
+        self.memcpy(ctypes.addressof(buf), ptr, size, MemcpyKind.DEVICE_TO_HOST)
+        return buf.raw
+
+    def pointer_attributes(self, ptr: int) -> PointerAttributes:
+        a = PointerAttributesStruct()
+        self.call("pointer_get_attributes", ptr, ctypes.byref(a))
+        return PointerAttributes(PointerType(a.type), a.device, a.base or 0, a.size)
+
+    # ---- streams ----------------------------------------------------------------
+    def stream_create(self, device: int, priority: int = 0) -> int:
+        return self._out("stream_create", ctypes.c_void_p, device, priority)
+
+    def stream_priority_range(self) -> tuple[int, int]:
+        """(least, greatest) priorities; greatest is the most urgent (most negative)."""
+        least, greatest = ctypes.c_int(), ctypes.c_int()
+        self.call("stream_get_priority_range", ctypes.byref(least), ctypes.byref(greatest))
+        return least.value, greatest.value
+
+    def default_stream(self, device: int) -> int:
+        return self._out("stream_get_default", ctypes.c_void_p, device)
+
+    def stream_destroy(self, stream: int) -> None:
+        self.call("stream_destroy", stream)
+
+    def stream_query(self, stream: int) -> bool:
+        """True when all queued work is done."""
+        return self._ready("stream_query", stream)
+
+    def stream_synchronize(self, stream: int) -> None:
+        self.call("stream_synchronize", stream)
+
+    def stream_wait_event(self, stream: int, event: int) -> None:
+        self.call("stream_wait_event", stream, event)
+
+    def stream_device(self, stream: int) -> int:
+        return self._out("stream_get_device", ctypes.c_int, stream)
+
+    def stream_native_handle(self, stream: int) -> int:
+        return self._out("stream_get_native_handle", ctypes.c_void_p, stream) or 0
+
+    # ---- events -----------------------------------------------------------------
+    def event_create(self, flags: int = EVENT_DEFAULT) -> int:
+        return self._out("event_create", ctypes.c_void_p, flags)
+
+    def event_destroy(self, event: int) -> None:
+        self.call("event_destroy", event)
+
+    def event_record(self, event: int, stream: int) -> None:
+        self.call("event_record", event, stream)
+
+    def event_query(self, event: int) -> bool:
+        """True when the captured work has completed."""
+        return self._ready("event_query", event)
+
+    def event_synchronize(self, event: int) -> None:
+        self.call("event_synchronize", event)
+
+    def elapsed_time(self, start: int, end: int) -> float:
+        """Milliseconds between two completed timing events."""
+        ms = ctypes.c_float()
+        self.call("event_elapsed_time", ctypes.byref(ms), start, end)
+        return ms.value
+
+    def _ready(self, function: str, handle: int) -> bool:
+        status = self.raw(function, handle)
+        if status == Status.NOT_READY:
+            return False
+        if status != 0:
+            self._raise(function, status)
+        return True
+
+
+def load(name_or_path: str) -> Hal:
+    """Open a HAL by entry-point name (``"sim"``) or library path, with the ABI checked."""
+    from flagos_hal.discovery import resolve
+
+    return Hal(resolve(name_or_path).path)
