@@ -1,0 +1,1 @@
+"""flagos: one PyTorch device for any AI accelerator."""

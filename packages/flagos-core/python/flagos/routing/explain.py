@@ -1,0 +1,97 @@
+"""``explain()``: why an op goes where it goes; ``stats()``: where the calls went."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import ops, table
+from .table import Decision, _state
+
+__all__ = ["DeviceRoute", "Explanation", "UnknownOpError", "explain", "reset_stats", "stats"]
+
+
+class UnknownOpError(ValueError):
+    """An op name that is not registered; ``suggestions`` holds the closest names."""
+
+    def __init__(self, op: str, suggestions: list[str]) -> None:
+        self.op, self.suggestions = op, suggestions
+        hint = f"; did you mean {', '.join(repr(s) for s in suggestions)}?" if suggestions else ""
+        super().__init__(f"unknown op {op!r}{hint}")
+
+
+@dataclass(frozen=True)
+class DeviceRoute:
+    """The route of one op on one device (``index`` None: no devices, global entries)."""
+
+    index: int | None
+    decision: Decision
+
+    @property
+    def provider(self) -> str:
+        """The provider that serves the op first (later ones run only if it declines)."""
+        return self.decision.chain[0]
+
+    def __str__(self) -> str:
+        d = self.decision
+        head = (f"flagos:{self.index} (HAL {d.hal})" if self.index is not None
+                else "no flagos devices; global entries only")
+        if d.rule:
+            configured = (f"configured: {', '.join(d.rule.chain)}\n"
+                          f"      from {d.rule.describe()} at {d.rule.origin}")
+        else:
+            configured = "configured: nothing (no entry and no default)"
+        lines = [f"  {head}", f"    {configured}"]
+        for s in d.steps:
+            lines.append(f"    - {s.provider}: " + (
+                s.reason or "kept" if s.kept else f"skipped, {s.reason}"))
+        lines.append(f"    chain: {' -> '.join(d.chain)}")
+        lines.append(f"    served by: {self.provider}")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """The report of :func:`explain`; ``str()`` is the readable form."""
+
+    op: str
+    version: int
+    devices: tuple[DeviceRoute, ...]
+
+    def __str__(self) -> str:
+        return "\n".join([f"{self.op} (routing table version {self.version})",
+                          *(str(d) for d in self.devices)])
+
+
+def explain(op: str) -> Explanation:
+    """Which provider serves ``op`` on each flagos device, and why: the entry that matched
+    and where it was written, each chain entry skipped with the reason, the final chain.
+
+    ``op`` is an op name: ``aten::mm``, ``aten::add.Tensor`` (``aten::add`` has no default
+    overload, so it raises). Raises :class:`UnknownOpError` with the closest names.
+    """
+    if not ops.is_op(op):
+        raise UnknownOpError(op, ops.suggest(op, whole_ops=False))
+    version = table.version()
+    hals = table.device_hals()
+    if not hals:
+        return Explanation(op, version, (DeviceRoute(None, table.decide(op, None)),))
+    return Explanation(op, version, tuple(
+        DeviceRoute(i, table.decide(op, hal)) for i, hal in enumerate(hals)))
+
+
+def stats() -> dict[str, dict[str, dict]]:
+    """Calls per op and provider since the last :func:`reset_stats`:
+    ``{op: {provider: {"calls": int, "total_us": float, "declined": int}}}``."""
+    out: dict[str, dict[str, dict]] = {}
+    for op, provider, calls, total_ns, declined in _state.backend.stats():
+        row = out.setdefault(op, {}).setdefault(
+            provider, {"calls": 0, "total_us": 0.0, "declined": 0})
+        row["calls"] += int(calls)
+        row["total_us"] += total_ns / 1000.0
+        row["declined"] += int(declined)
+    return out
+
+
+def reset_stats() -> None:
+    """Zero the call counters."""
+    _state.backend.reset_stats()
