@@ -7,16 +7,18 @@ They are run one per forked process by flagos_hal.conformance, so a crash fails 
 from __future__ import annotations
 
 import ctypes
+import itertools
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from flagos_hal.binding import (
     ABI_MAJOR,
     EVENT_BLOCKING_SYNC,
     EVENT_DISABLE_TIMING,
+    TABLE_FUNCTIONS,
     DeviceProperties,
     Hal,
     HalError,
@@ -25,7 +27,6 @@ from flagos_hal.binding import (
     PointerAttributesStruct,
     PointerType,
     Status,
-    TABLE_FUNCTIONS,
     version_string,
 )
 
@@ -329,7 +330,7 @@ def _threads(hal: Hal):
                 if hal.read(p, size) != data:
                     errors.append(f"thread {t} iteration {i}: data mismatch ({size} bytes)")
                 hal.free(t % n, p)
-        except Exception as e:  # reported below
+        except Exception as e:  # noqa: BLE001 - reported as the check's failure
             errors.append(f"thread {t}: {e}")
 
     threads = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
@@ -379,7 +380,7 @@ def _malloc_alignment(hal: Hal):
         for p, s in zip(ptrs, sizes):
             expect(p % 256 == 0, f"malloc({s}) returned {p:#x}, not 256-byte aligned")
         spans = sorted(zip(ptrs, sizes))
-        for (a, sa), (b, _) in zip(spans, spans[1:]):
+        for (a, sa), (b, _) in itertools.pairwise(spans):
             expect(a + sa <= b, f"allocations overlap at {a:#x}+{sa} and {b:#x}")
     finally:
         for p in ptrs:

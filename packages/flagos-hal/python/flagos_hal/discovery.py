@@ -81,7 +81,7 @@ def resolve(item: str, origin: str = "argument") -> HalSpec:
     return _from_entry_point(item, eps[item], origin)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _device_count(path: str) -> int:
     from flagos_hal.binding import Hal
 
@@ -108,13 +108,13 @@ def discover() -> list[HalSpec]:
             spec = _from_entry_point(name, eps[name], "default")
         except FileNotFoundError:
             continue  # not built in this installation
-        except Exception as e:  # a broken plugin must not break discovery
+        except Exception as e:  # noqa: BLE001 - a broken plugin must not break discovery
             warnings.warn(f"flagos: skipping HAL {name!r}: {e}", RuntimeWarning, stacklevel=2)
             continue
         try:
             if _device_count(spec.path) > 0:
                 found.append(spec)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - same: warn and go on
             warnings.warn(f"flagos: skipping HAL {name!r} ({spec.path}): {e}", RuntimeWarning,
                           stacklevel=2)
     if found:
