@@ -1,1 +1,27 @@
-"""flagos: one PyTorch device for any AI accelerator."""
+"""flagos: one PyTorch device for any AI accelerator.
+
+``import flagos`` (or plain ``import torch`` once flagos-core is installed) loads the
+HALs chosen by ``FLAGOS_HAL`` (see flagos_hal.discover), renames PrivateUse1 to
+``flagos``, installs ``torch.flagos`` and connects the routing table to the C++
+dispatcher. Then ``torch.randn(4, 4, device="flagos")`` works.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from flagos import _runtime
+from flagos._runtime import init as _init
+
+_init()
+
+from flagos import api as _api  # noqa: E402
+from flagos import routing  # noqa: E402
+from flagos._routing_backend import install as _install_routing  # noqa: E402
+from flagos.api import *  # noqa: E402,F401,F403
+
+_install_routing()
+
+__version__ = "0.1.0"
+__all__ = ["routing", *_api.__all__]
+del torch, _runtime

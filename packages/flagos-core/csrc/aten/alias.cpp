@@ -1,0 +1,75 @@
+#include "aten/alias.h"
+
+#include <ATen/ops/empty.h>
+#include <c10/core/TensorImpl.h>
+
+#include <cstdlib>
+
+#include "runtime/stream.h"
+
+namespace flagos {
+
+namespace {
+// FLAGOS_NO_HOST_ALIAS=1 treats every HAL as opaque: the staged (copying) paths that
+// vendors with opaque memory take are then exercised on sim too.
+bool aliasing_disabled() {
+  static bool disabled = [] {
+    const char* v = std::getenv("FLAGOS_NO_HOST_ALIAS");
+    return v && *v && std::string(v) != "0";
+  }();
+  return disabled;
+}
+
+struct AliasContext {
+  c10::intrusive_ptr<c10::StorageImpl> owner;
+};
+
+void release_alias(void* ctx) { delete static_cast<AliasContext*>(ctx); }
+}  // namespace
+
+std::optional<c10::DeviceType> twin_device_type(c10::DeviceIndex device) {
+  if (aliasing_disabled()) return std::nullopt;
+  switch (native_device_of(device)) {
+    case FLAGOS_NATIVE_CPU:
+      return c10::DeviceType::CPU;
+    case FLAGOS_NATIVE_CUDA:
+      return c10::DeviceType::CUDA;
+    default:
+      return std::nullopt;
+  }
+}
+
+bool host_addressable(c10::DeviceIndex device) {
+  return twin_device_type(device) == c10::DeviceType::CPU;
+}
+
+at::Tensor alias_as(const at::Tensor& t, c10::Device twin) {
+  const c10::Storage& storage = t.storage();
+  auto* impl = storage.unsafeGetStorageImpl();
+  c10::DataPtr dp(storage.mutable_data(),
+                  new AliasContext{c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(impl)},
+                  &release_alias, twin);
+  c10::Allocator* twin_alloc = c10::GetAllocator(twin.type());
+  c10::Storage alias_storage(c10::Storage::use_byte_size_t(), storage.sym_nbytes(), std::move(dp),
+                             twin_alloc, /*resizable=*/true);
+  auto key = c10::computeDispatchKey(t.scalar_type(), t.layout(), twin);
+  auto out = at::detail::make_tensor<c10::TensorImpl>(std::move(alias_storage),
+                                                      c10::DispatchKeySet(key), t.dtype());
+  out.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+  if (t.unsafeGetTensorImpl()->is_wrapped_number()) out.unsafeGetTensorImpl()->set_wrapped_number(true);
+  return out;
+}
+
+at::Tensor flagos_view_of(const at::Tensor& original, const at::Tensor& view) {
+  auto out = at::detail::make_tensor<c10::TensorImpl>(
+      c10::TensorImpl::VIEW, c10::Storage(original.storage()), original.key_set(), view.dtype());
+  out.unsafeGetTensorImpl()->set_sizes_and_strides(view.sizes(), view.strides(),
+                                                   view.storage_offset());
+  return out;
+}
+
+void sync_for_host_access(c10::DeviceIndex device) {
+  synchronize_stream(current_stream(device));
+}
+
+}  // namespace flagos

@@ -1,0 +1,171 @@
+// _copy_from / _copy_from_and_resize: copies between CPU and flagos and between flagos
+// devices (of one HAL or of two), any strides, with dtype conversion.
+//
+// Two paths. Host-addressable HALs (sim) alias both sides as CPU tensors and let the
+// CPU copy kernel do layout and dtype in one pass. Opaque HALs stage through the
+// host: dense spans move with one HAL memcpy, layout and dtype are done on the CPU.
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include "aten/alias.h"
+#include "aten/copy.h"
+#include "runtime/host_allocator.h"
+#include "runtime/stream.h"
+
+namespace flagos {
+namespace {
+
+bool is_flagos(const at::Tensor& t) { return t.device().type() == c10::DeviceType::PrivateUse1; }
+
+// Bytes [first, last) of the storage that `t`'s elements touch, as offsets.
+std::pair<size_t, size_t> byte_span(const at::Tensor& t) {
+  if (t.numel() == 0) return {0, 0};
+  int64_t lo = t.storage_offset(), hi = t.storage_offset();
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    int64_t extent = (t.size(d) - 1) * t.stride(d);
+    if (extent < 0) lo += extent;
+    else hi += extent;
+  }
+  size_t item = t.element_size();
+  return {static_cast<size_t>(lo) * item, static_cast<size_t>(hi + 1) * item};
+}
+
+void hal_copy(c10::DeviceIndex device, void* dst, const void* src, size_t bytes,
+              flagos_memcpy_kind_t kind, bool non_blocking, const void* pinned_host) {
+  if (bytes == 0) return;
+  const auto& hal = hal_of(device);
+  auto stream = current_stream(device);
+  FLAGOS_HAL_CHECK(hal, hal.memcpy_async(dst, src, bytes, kind, hal_stream(stream)));
+  if (kind == FLAGOS_MEMCPY_DEVICE_TO_DEVICE) return;  // stream-ordered like any device work
+  if (non_blocking && pinned_host) {
+    record_pinned_use(pinned_host, stream);
+  } else {
+    synchronize_stream(stream);
+  }
+}
+
+// A CPU tensor with `src`'s values (same dtype and geometry) read from flagos.
+at::Tensor read_to_host(const at::Tensor& src) {
+  auto [lo, hi] = byte_span(src);
+  auto buf = at::empty({static_cast<int64_t>(hi - lo)}, at::TensorOptions().dtype(at::kByte));
+  const char* base = static_cast<const char*>(src.storage().data());
+  hal_copy(src.device().index(), buf.data_ptr(), base + lo, hi - lo, FLAGOS_MEMCPY_DEVICE_TO_HOST,
+           false, nullptr);
+  int64_t item = src.element_size();
+  return buf.view(src.scalar_type()).as_strided(src.sizes(), src.strides(),
+                                                src.storage_offset() - int64_t(lo) / item);
+}
+
+bool same_layout(const at::Tensor& a, const at::Tensor& b) {
+  return a.dtype() == b.dtype() && a.sizes().equals(b.sizes()) && a.strides().equals(b.strides()) &&
+         a.is_non_overlapping_and_dense() && b.is_non_overlapping_and_dense();
+}
+
+char* span_base(const at::Tensor& t) {
+  return static_cast<char*>(t.storage().mutable_data()) + byte_span(t).first;
+}
+
+// Writes CPU tensor `src` (any dtype/layout) into flagos tensor `dst`.
+void write_from_host(const at::Tensor& dst, const at::Tensor& src, bool non_blocking) {
+  auto [lo, hi] = byte_span(dst);
+  auto device = dst.device().index();
+  if (same_layout(dst, src)) {
+    const char* from = span_base(src);
+    hal_copy(device, span_base(dst), from, hi - lo, FLAGOS_MEMCPY_HOST_TO_DEVICE, non_blocking,
+             is_pinned_ptr(from) ? from : nullptr);
+    return;
+  }
+  at::Tensor view;
+  if (dst.is_non_overlapping_and_dense()) {
+    // No gaps: lay the values out exactly as dst does, then one memcpy.
+    auto buf = at::empty({static_cast<int64_t>(hi - lo)}, at::TensorOptions().dtype(at::kByte));
+    int64_t item = dst.element_size();
+    view = buf.view(dst.scalar_type())
+               .as_strided(dst.sizes(), dst.strides(), dst.storage_offset() - int64_t(lo) / item);
+  } else {
+    // Gaps between elements: read-modify-write the span so the gaps keep their bytes.
+    view = read_to_host(dst);
+  }
+  view.copy_(src);
+  hal_copy(device, span_base(dst), span_base(view), hi - lo, FLAGOS_MEMCPY_HOST_TO_DEVICE, false,
+           nullptr);
+}
+
+void copy_flagos_to_flagos(const at::Tensor& src, const at::Tensor& dst) {
+  auto sdev = src.device().index(), ddev = dst.device().index();
+  if (sdev != ddev) sync_for_host_access(sdev);  // src's producer may run on another stream
+  if (sdev == ddev && host_addressable(sdev)) {
+    sync_for_host_access(sdev);
+    alias_as(dst, c10::Device(c10::kCPU)).copy_(alias_as(src, c10::Device(c10::kCPU)));
+    return;
+  }
+  if (hal_device(sdev).hal_slot == hal_device(ddev).hal_slot && same_layout(src, dst)) {
+    auto [lo, hi] = byte_span(src);
+    hal_copy(ddev, span_base(dst), span_base(src), hi - lo, FLAGOS_MEMCPY_DEVICE_TO_DEVICE, true,
+             nullptr);
+    return;
+  }
+  write_from_host(dst, read_to_host(src), false);
+}
+
+void copy_flagos_to_cpu(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
+  auto device = src.device().index();
+  if (same_layout(src, dst) && is_pinned_ptr(span_base(dst)) && non_blocking) {
+    auto [lo, hi] = byte_span(src);
+    hal_copy(device, span_base(dst), span_base(src), hi - lo, FLAGOS_MEMCPY_DEVICE_TO_HOST, true,
+             span_base(dst));
+    return;
+  }
+  if (host_addressable(device)) {
+    sync_for_host_access(device);
+    dst.copy_(alias_as(src, c10::Device(c10::kCPU)));
+    return;
+  }
+  if (same_layout(src, dst)) {
+    auto [lo, hi] = byte_span(src);
+    hal_copy(device, span_base(dst), span_base(src), hi - lo, FLAGOS_MEMCPY_DEVICE_TO_HOST, false,
+             nullptr);
+    return;
+  }
+  dst.copy_(read_to_host(src));
+}
+
+void copy_cpu_to_flagos(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
+  auto device = dst.device().index();
+  bool async_pinned = non_blocking && same_layout(src, dst) && is_pinned_ptr(span_base(src));
+  if (!async_pinned && host_addressable(device)) {
+    sync_for_host_access(device);
+    alias_as(dst, c10::Device(c10::kCPU)).copy_(src);
+    return;
+  }
+  write_from_host(dst, src, non_blocking);
+}
+
+}  // namespace
+
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  TORCH_CHECK(self.sizes().equals(dst.sizes()) || self.numel() == dst.numel(),
+              "flagos copy: size mismatch ", self.sizes(), " vs ", dst.sizes());
+  if (dst.numel() == 0) return dst;
+  at::Tensor src = self;
+  if (src.is_conj() || src.is_neg()) src = src.resolve_conj().resolve_neg();
+  bool src_f = is_flagos(src), dst_f = is_flagos(dst);
+  TORCH_CHECK(src_f || src.device().is_cpu(), "flagos copy: cannot copy from ", src.device(),
+              " to ", dst.device(), "; move the tensor to the CPU first");
+  TORCH_CHECK(dst_f || dst.device().is_cpu(), "flagos copy: cannot copy from ", src.device(),
+              " to ", dst.device(), "; move the tensor to the CPU first");
+  if (src.sizes() != dst.sizes()) src = src.expand(dst.sizes());
+  if (src_f && dst_f) copy_flagos_to_flagos(src, dst);
+  else if (src_f) copy_flagos_to_cpu(src, dst, non_blocking);
+  else copy_cpu_to_flagos(src, dst, non_blocking);
+  return dst;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  if (!dst.sizes().equals(self.sizes())) dst.resize_(self.sizes());
+  return copy_from(self, dst, false);
+}
+
+at::Tensor read_for_host(const at::Tensor& src) { return read_to_host(src); }
+
+}  // namespace flagos

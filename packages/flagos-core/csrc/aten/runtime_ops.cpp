@@ -1,0 +1,211 @@
+// The ops that belong to the runtime, implemented on the HAL rather than routed:
+// allocation, views and geometry, resize_/set_, copies, scalars, fill_/zero_.
+#include <ATen/EmptyTensor.h>
+#include <ATen/InferSize.h>
+#include <ATen/native/Resize.h>
+#include <ATen/native/TensorFactories.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/view_native.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/full.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/library.h>
+
+#include "aten/alias.h"
+#include "aten/copy.h"
+#include "runtime/allocator.h"
+#include "runtime/resize.h"
+#include "runtime/stream.h"
+
+namespace flagos {
+namespace {
+
+constexpr auto kFlagos = c10::DeviceType::PrivateUse1;
+
+c10::DeviceIndex device_or_current(std::optional<c10::Device> device) {
+  if (device && device->has_index()) return device->index();
+  return current_device();
+}
+
+struct SetDevice {
+  explicit SetDevice(c10::DeviceIndex d) : prev(current_device()) {
+    if (d != prev) set_current_device(d);
+  }
+  ~SetDevice() {
+    if (current_device() != prev) set_current_device(prev);
+  }
+  c10::DeviceIndex prev;
+};
+
+at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarType> dtype,
+                               std::optional<at::Layout> layout, std::optional<at::Device> device,
+                               std::optional<bool> pin_memory,
+                               std::optional<at::MemoryFormat> memory_format) {
+  TORCH_CHECK(!pin_memory.value_or(false), "flagos: only CPU tensors can be pinned");
+  TORCH_CHECK(layout.value_or(at::kStrided) == at::kStrided,
+              "flagos: only strided tensors are supported, got layout ", *layout);
+  SetDevice guard(device_or_current(device));
+  return at::detail::empty_generic(size, device_allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                   c10::dtype_or_default(dtype), memory_format);
+}
+
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
+                         std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
+                         std::optional<at::Device> device, std::optional<bool> pin_memory) {
+  TORCH_CHECK(!pin_memory.value_or(false), "flagos: only CPU tensors can be pinned");
+  SetDevice guard(device_or_current(device));
+  return at::detail::empty_strided_generic(size, stride, device_allocator(),
+                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                           c10::dtype_or_default(dtype));
+}
+
+size_t storage_bytes_needed(const at::Tensor& t) {
+  if (t.numel() == 0) return 0;
+  return at::detail::computeStorageNbytes(t.sizes(), t.strides(), t.element_size(),
+                                          t.storage_offset());
+}
+
+const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef sym_size,
+                          std::optional<at::MemoryFormat> memory_format) {
+  auto size = C10_AS_INTARRAYREF_SLOW(sym_size);
+  auto* impl = self.unsafeGetTensorImpl();
+  impl->set_sizes_contiguous(size);
+  auto fmt = memory_format.value_or(at::MemoryFormat::Contiguous);
+  if (fmt != at::MemoryFormat::Preserve) impl->empty_tensor_restride(fmt);
+  size_t needed = storage_bytes_needed(self);
+  if (needed > self.storage().nbytes()) {
+    SetDevice guard(self.device().index());
+    resize_storage_bytes(self.storage(), needed);
+  }
+  return self;
+}
+
+at::Tensor& set_storage(at::Tensor& self, c10::Storage source, int64_t offset,
+                        c10::IntArrayRef size, c10::IntArrayRef stride) {
+  TORCH_CHECK(source.device().type() == kFlagos, "flagos: set_ needs a flagos storage, got ",
+              source.device());
+  auto* impl = self.unsafeGetTensorImpl();
+  if (!impl->storage().is_alias_of(source)) impl->set_storage_keep_dtype(std::move(source));
+  impl->set_sizes_and_strides(size, stride, offset);
+  size_t needed = storage_bytes_needed(self);
+  TORCH_CHECK(needed <= self.storage().nbytes(), "flagos: set_: a storage of ",
+              self.storage().nbytes(), " bytes is too small for size ", size, " stride ", stride,
+              " offset ", offset, " (needs ", needed, " bytes)");
+  return self;
+}
+
+at::Tensor& set_source_storage_offset(at::Tensor& self, c10::Storage source, c10::SymInt offset,
+                                      c10::SymIntArrayRef size, c10::SymIntArrayRef stride) {
+  auto sizes = C10_AS_INTARRAYREF_SLOW(size);
+  std::vector<int64_t> strides;
+  if (stride.empty()) {
+    auto cs = c10::contiguous_strides(sizes);
+    strides.assign(cs.begin(), cs.end());
+  } else {
+    auto s = C10_AS_INTARRAYREF_SLOW(stride);
+    strides.assign(s.begin(), s.end());
+  }
+  return set_storage(self, std::move(source), offset.expect_int(), sizes, strides);
+}
+
+at::Tensor& set_source_storage(at::Tensor& self, c10::Storage source) {
+  int64_t n = static_cast<int64_t>(source.nbytes() / self.element_size());
+  return set_storage(self, std::move(source), 0, {n}, {1});
+}
+
+at::Tensor& set_source_tensor(at::Tensor& self, const at::Tensor& src) {
+  if (self.is_same(src)) return self;
+  return set_storage(self, src.storage(), src.storage_offset(), src.sizes(), src.strides());
+}
+
+at::Tensor& set_empty(at::Tensor& self) {
+  SetDevice guard(self.device().index());
+  c10::Storage storage(c10::Storage::use_byte_size_t(), 0, device_allocator(), true);
+  return set_storage(self, std::move(storage), 0, {0}, {1});
+}
+
+at::Scalar local_scalar_dense(const at::Tensor& self) {
+  TORCH_CHECK(self.numel() == 1, "flagos: a Tensor with ", self.numel(),
+              " elements cannot be converted to Scalar");
+  return read_for_host(self).item();
+}
+
+at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
+  if (self.numel() == 0) return self;
+  auto device = self.device().index();
+  if (host_addressable(device)) {
+    sync_for_host_access(device);
+    alias_as(self, c10::Device(c10::kCPU)).fill_(value);
+    return self;
+  }
+  auto host = at::empty(self.sizes(), at::TensorOptions().dtype(self.scalar_type()));
+  host.fill_(value);
+  copy_from(host, self, false);
+  return self;
+}
+
+at::Tensor& zero_(at::Tensor& self) {
+  if (self.numel() == 0) return self;
+  if (self.is_non_overlapping_and_dense()) {
+    // One HAL memset over the span, queued on the current stream.
+    auto device = self.device().index();
+    const auto& hal = hal_of(device);
+    auto sizes = self.sizes();
+    auto strides = self.strides();
+    int64_t lo = self.storage_offset(), hi = self.storage_offset();
+    for (size_t d = 0; d < sizes.size(); ++d) {
+      int64_t extent = (sizes[d] - 1) * strides[d];
+      if (extent < 0) lo += extent;
+      else hi += extent;
+    }
+    size_t item = self.element_size();
+    char* base = static_cast<char*>(self.storage().mutable_data()) + lo * item;
+    FLAGOS_HAL_CHECK(hal, hal.memset_async(base, 0, (hi - lo + 1) * item,
+                                           hal_stream(current_stream(device))));
+    return self;
+  }
+  return fill_scalar(self, 0);
+}
+
+at::Tensor copy_from_op(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  return copy_from(self, dst, non_blocking);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", empty_memory_format);
+  m.impl("empty_strided", empty_strided);
+  m.impl("as_strided", at::native::as_strided_tensorimpl);
+  m.impl("view", at::native::view);
+  m.impl("_reshape_alias", at::native::_reshape_alias);
+  m.impl("resize_", resize_);
+  m.impl("set_.source_Storage", set_source_storage);
+  m.impl("set_.source_Storage_storage_offset", set_source_storage_offset);
+  m.impl("set_.source_Tensor", set_source_tensor);
+  m.impl("set_", set_empty);
+  m.impl("_copy_from", copy_from_op);
+  m.impl("_copy_from_and_resize", copy_from_and_resize);
+  m.impl("_local_scalar_dense", local_scalar_dense);
+  m.impl("fill_.Scalar", fill_scalar);
+  m.impl("zero_", zero_);
+}
+
+void resize_storage_bytes(const c10::Storage& storage, size_t new_bytes) {
+  TORCH_CHECK(storage.resizable(), "flagos: trying to resize a storage that is not resizable");
+  auto* impl = storage.unsafeGetStorageImpl();
+  c10::DataPtr new_data = device_allocator()->allocate(new_bytes);
+  size_t keep = std::min(new_bytes, impl->nbytes());
+  if (keep > 0) {
+    auto device = storage.device().index();
+    const auto& hal = hal_of(device);
+    FLAGOS_HAL_CHECK(hal, hal.memcpy_async(new_data.get(), impl->data(), keep,
+                                           FLAGOS_MEMCPY_DEVICE_TO_DEVICE,
+                                           hal_stream(current_stream(device))));
+  }
+  impl->set_data_ptr_noswap(std::move(new_data));
+  impl->set_nbytes(new_bytes);
+}
+
+}  // namespace flagos

@@ -1,0 +1,231 @@
+#include "dispatch/dispatcher.h"
+
+#include <ATen/core/stack.h>
+#include <c10/util/irange.h>
+#include <torch/library.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <unordered_map>
+
+#include "dispatch/python_bridge.h"
+#include "runtime/hal.h"
+
+namespace flagos {
+namespace {
+
+struct Provider {
+  std::string name;
+  EngineKind kind;
+  PyObjectRef callable;  // PYTHON only
+};
+
+struct Counters {
+  std::atomic<uint64_t> calls{0}, ns{0}, declined{0};
+};
+
+struct Route {
+  uint64_t version;
+  std::vector<std::shared_ptr<Provider>> chain;
+  std::vector<Counters*> counters;
+};
+
+struct OpState {
+  std::string name;
+  std::mutex mutex;  // guards counters creation and re-resolution
+  std::unordered_map<std::string, std::unique_ptr<Counters>> counters;
+  std::array<std::shared_ptr<const Route>, 64> routes;
+};
+
+std::atomic<uint64_t> g_version{1};
+std::shared_mutex g_providers_mutex;
+std::unordered_map<std::string, std::shared_ptr<Provider>> g_providers;
+PyObjectRef g_resolver;
+
+std::shared_mutex g_ops_mutex;
+std::unordered_map<const c10::OperatorName*, std::unique_ptr<OpState>> g_ops;
+
+OpState& op_state(const c10::OperatorHandle& op) {
+  const c10::OperatorName* key = &op.operator_name();
+  {
+    std::shared_lock<std::shared_mutex> lock(g_ops_mutex);
+    auto it = g_ops.find(key);
+    if (it != g_ops.end()) return *it->second;
+  }
+  std::unique_lock<std::shared_mutex> lock(g_ops_mutex);
+  auto& slot = g_ops[key];
+  if (!slot) {
+    slot = std::make_unique<OpState>();
+    slot->name = op_full_name(op);
+  }
+  return *slot;
+}
+
+std::shared_ptr<Provider> find_provider(const std::string& name) {
+  std::shared_lock<std::shared_mutex> lock(g_providers_mutex);
+  auto it = g_providers.find(name);
+  return it == g_providers.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<const Route> resolve(OpState& st, c10::DeviceIndex device, uint64_t version) {
+  std::lock_guard<std::mutex> lock(st.mutex);
+  auto current = std::atomic_load(&st.routes[device]);
+  if (current && current->version == version) return current;
+  std::vector<std::string> names;
+  if (g_resolver) names = call_resolver(g_resolver, st.name, device);
+  auto route = std::make_shared<Route>();
+  route->version = version;
+  for (const auto& n : names) {
+    if (auto p = find_provider(n)) route->chain.push_back(std::move(p));
+  }
+  // The CPU fallback ends every chain: every op works from day one.
+  if (route->chain.empty() || route->chain.back()->name != "cpu") {
+    auto cpu = find_provider("cpu");
+    TORCH_INTERNAL_ASSERT(cpu, "flagos: the cpu provider is not registered");
+    route->chain.push_back(cpu);
+  }
+  for (const auto& p : route->chain) {
+    auto& c = st.counters[p->name];
+    if (!c) c = std::make_unique<Counters>();
+    route->counters.push_back(c.get());
+  }
+  std::shared_ptr<const Route> out = route;
+  std::atomic_store(&st.routes[device], out);
+  return out;
+}
+
+// The flagos device an op runs on: the first flagos tensor argument, else a flagos
+// Device argument, else the current device.
+c10::DeviceIndex infer_device(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  size_t n = op.schema().arguments().size();
+  std::optional<c10::DeviceIndex> from_device_arg;
+  for (size_t i = stack.size() - n; i < stack.size(); ++i) {
+    const auto& v = stack[i];
+    if (v.isTensor()) {
+      const auto& t = v.toTensor();
+      if (t.defined() && t.device().type() == c10::DeviceType::PrivateUse1) return t.device().index();
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList()) {
+        if (t.defined() && t.device().type() == c10::DeviceType::PrivateUse1) return t.device().index();
+      }
+    } else if (v.isList()) {
+      for (const auto& e : v.toListRef()) {
+        if (e.isTensor() && e.toTensor().defined() &&
+            e.toTensor().device().type() == c10::DeviceType::PrivateUse1)
+          return e.toTensor().device().index();
+      }
+    } else if (v.isDevice() && !from_device_arg) {
+      auto d = v.toDevice();
+      if (d.type() == c10::DeviceType::PrivateUse1) from_device_arg = d.has_index() ? d.index() : current_device();
+    }
+  }
+  return from_device_arg.value_or(current_device());
+}
+
+bool run_provider(const Provider& p, const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                  c10::DeviceIndex device) {
+  switch (p.kind) {
+    case EngineKind::CPU:
+      run_cpu(op, stack, device);
+      return true;
+    case EngineKind::TWIN:
+      run_twin(op, stack, device);
+      return true;
+    case EngineKind::PYTHON:
+      return call_python_provider(p.callable, op, stack);
+  }
+  return false;
+}
+
+void flagos_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+  auto device = infer_device(op, *stack);
+  hal_device(device);  // validates the index with a clear error
+  OpState& st = op_state(op);
+  uint64_t version = g_version.load(std::memory_order_acquire);
+  auto route = std::atomic_load(&st.routes[device]);
+  if (!route || route->version != version) route = resolve(st, device, version);
+  for (size_t i = 0; i < route->chain.size(); ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    bool accepted = run_provider(*route->chain[i], op, stack, device);
+    auto dt = std::chrono::steady_clock::now() - t0;
+    auto* c = route->counters[i];
+    if (accepted) {
+      c->calls.fetch_add(1, std::memory_order_relaxed);
+      c->ns.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(dt).count(),
+                      std::memory_order_relaxed);
+      return;
+    }
+    c->declined.fetch_add(1, std::memory_order_relaxed);
+  }
+  TORCH_CHECK(false, "flagos: no provider accepted ", st.name);
+}
+
+}  // namespace
+
+std::string op_full_name(const c10::OperatorHandle& op) {
+  const auto& n = op.operator_name();
+  return n.overload_name.empty() ? n.name : n.name + "." + n.overload_name;
+}
+
+void register_provider(const std::string& name, EngineKind kind, void* py_callable) {
+  auto p = std::make_shared<Provider>();
+  p->name = name;
+  p->kind = kind;
+  if (py_callable) p->callable = PyObjectRef(py_callable);
+  {
+    std::unique_lock<std::shared_mutex> lock(g_providers_mutex);
+    g_providers[name] = std::move(p);
+  }
+  bump_routing_version();
+}
+
+std::vector<std::string> registered_providers() {
+  std::shared_lock<std::shared_mutex> lock(g_providers_mutex);
+  std::vector<std::string> out;
+  for (const auto& kv : g_providers) out.push_back(kv.first);
+  return out;
+}
+
+void bump_routing_version() { g_version.fetch_add(1, std::memory_order_acq_rel); }
+uint64_t routing_version() { return g_version.load(); }
+
+void set_resolver(void* py_callable) {
+  g_resolver = py_callable ? PyObjectRef(py_callable) : PyObjectRef();
+  bump_routing_version();
+}
+
+std::vector<std::tuple<std::string, std::string, uint64_t, uint64_t, uint64_t>> routing_stats() {
+  std::vector<std::tuple<std::string, std::string, uint64_t, uint64_t, uint64_t>> out;
+  std::shared_lock<std::shared_mutex> lock(g_ops_mutex);
+  for (const auto& kv : g_ops) {
+    std::lock_guard<std::mutex> op_lock(kv.second->mutex);
+    for (const auto& c : kv.second->counters) {
+      uint64_t calls = c.second->calls.load(), declined = c.second->declined.load();
+      if (calls || declined) {
+        out.emplace_back(kv.second->name, c.first, calls, c.second->ns.load(), declined);
+      }
+    }
+  }
+  return out;
+}
+
+void reset_routing_stats() {
+  std::shared_lock<std::shared_mutex> lock(g_ops_mutex);
+  for (const auto& kv : g_ops) {
+    std::lock_guard<std::mutex> op_lock(kv.second->mutex);
+    for (const auto& c : kv.second->counters) {
+      c.second->calls = 0;
+      c.second->ns = 0;
+      c.second->declined = 0;
+    }
+  }
+}
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&flagos_fallback>());
+}
+
+}  // namespace flagos

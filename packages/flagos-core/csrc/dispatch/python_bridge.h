@@ -1,0 +1,32 @@
+// The dispatcher's calls into Python (resolver, Python providers), GIL taken here only.
+#pragma once
+
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <string>
+#include <vector>
+
+namespace flagos {
+
+// An owned reference to a Python object, safe to copy and destroy without the GIL held.
+class PyObjectRef {
+ public:
+  PyObjectRef() = default;
+  explicit PyObjectRef(void* obj);  // takes a new reference
+  PyObjectRef(const PyObjectRef& other);
+  PyObjectRef& operator=(const PyObjectRef& other);
+  ~PyObjectRef();
+  explicit operator bool() const { return obj_ != nullptr; }
+  void* get() const { return obj_; }
+
+ private:
+  void* obj_ = nullptr;
+};
+
+std::vector<std::string> call_resolver(const PyObjectRef& resolver, const std::string& op,
+                                       c10::DeviceIndex device);
+// fn(op_name, args, kwargs); returns false (stack untouched) when fn returns NotImplemented.
+bool call_python_provider(const PyObjectRef& fn, const c10::OperatorHandle& op,
+                          torch::jit::Stack* stack);
+
+}  // namespace flagos

@@ -1,0 +1,148 @@
+// flagos._C: the Python bindings of the device runtime and the dispatcher.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <torch/csrc/Generator.h>
+#include <torch/extension.h>
+
+#include "dispatch/dispatcher.h"
+#include "runtime/allocator.h"
+#include "runtime/generator.h"
+#include "runtime/hal.h"
+#include "runtime/host_allocator.h"
+#include "runtime/stream.h"
+
+namespace py = pybind11;
+
+namespace flagos {
+void register_hooks();
+}
+
+namespace {
+
+using flagos::hal_device;
+
+py::dict device_properties(int device) {
+  const auto& d = hal_device(device);
+  flagos_device_properties_t props{};
+  props.struct_size = sizeof(props);
+  FLAGOS_HAL_CHECK(*d.lib->table, d.lib->table->get_device_properties(d.local_index, &props));
+  flagos_native_device_t native = FLAGOS_NATIVE_NONE;
+  FLAGOS_HAL_CHECK(*d.lib->table, d.lib->table->get_native_device(&native));
+  py::dict out;
+  out["name"] = std::string(props.name);
+  out["total_memory"] = props.total_memory;
+  out["multi_processor_count"] = props.compute_units;
+  out["native_device_index"] = props.native_device_index;
+  out["major"] = props.major;
+  out["minor"] = props.minor;
+  out["hal"] = d.lib->name;
+  out["hal_path"] = d.lib->path;
+  out["hal_device_index"] = d.local_index;
+  const char* natives[] = {"none", "cpu", "cuda"};
+  out["native_device"] = std::string(natives[native <= 2 ? native : 0]);
+  return out;
+}
+
+py::list hal_info() {
+  py::list out;
+  for (const auto& lib : flagos::loaded_hals()) {
+    py::dict h;
+    const char* version = "";
+    lib.table->get_version(&version);
+    int count = 0;
+    lib.table->get_device_count(&count);
+    h["name"] = lib.name;
+    h["path"] = lib.path;
+    h["version"] = std::string(version ? version : "");
+    h["abi_version"] = flagos_hal::version_string(lib.table->abi_version);
+    h["device_count"] = count;
+    out.append(h);
+  }
+  return out;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "flagos device runtime and dispatcher (C++)";
+  flagos::register_hooks();
+  flagos::register_provider("cpu", flagos::EngineKind::CPU);
+
+  m.def("_init_hals", &flagos::init_hals, py::arg("paths"));
+  m.def("_hals_initialized", &flagos::hals_initialized);
+  m.def("_hal_info", &hal_info);
+  m.def("_device_count", [] { return static_cast<int>(flagos::device_count()); });
+  m.def("_current_device", [] { return static_cast<int>(flagos::current_device()); });
+  m.def("_set_device", [](int d) { flagos::set_current_device(d); });
+  m.def("_device_properties", &device_properties);
+  m.def("_synchronize", [](int d) {
+    py::gil_scoped_release nogil;
+    const auto& hd = hal_device(d);
+    FLAGOS_HAL_CHECK(*hd.lib->table, hd.lib->table->device_synchronize(hd.local_index));
+  });
+  m.def("_mem_get_info", [](int d) {
+    return flagos::device_allocator()->getMemoryInfo(static_cast<c10::DeviceIndex>(d));
+  });
+  m.def("_memory_stats", [](int d) { return flagos::memory_stats(d); });
+  m.def("_empty_cache", [] {
+    flagos::device_allocator()->emptyCache();
+    flagos::empty_pinned_cache();
+  });
+  m.def("_reset_peak_memory_stats", [](int d) { flagos::device_allocator()->resetPeakStats(d); });
+  m.def("_reset_accumulated_memory_stats",
+        [](int d) { flagos::device_allocator()->resetAccumulatedStats(d); });
+  m.def("_allocator_passthrough", &flagos::allocator_passthrough);
+  m.def("_memory_snapshot", [] {
+    py::list out;
+    for (const auto& s : flagos::memory_snapshot()) {
+      py::dict seg;
+      seg["device"] = s.device;
+      seg["address"] = s.address;
+      seg["total_size"] = s.total_size;
+      seg["allocated_size"] = s.allocated_size;
+      seg["stream"] = s.stream_id;
+      py::list blocks;
+      for (const auto& b : s.blocks) {
+        py::dict bd;
+        bd["size"] = b.first;
+        bd["state"] = b.second ? "active_allocated" : "inactive";
+        blocks.append(bd);
+      }
+      seg["blocks"] = blocks;
+      out.append(seg);
+    }
+    return out;
+  });
+  m.def("_default_generator", [](int d) {
+    return py::reinterpret_steal<py::object>(
+        THPGenerator_initDefaultGenerator(flagos::default_generator(d)));
+  });
+  m.def("_stream_priority_range", [](int d) {
+    const auto& hal = flagos::hal_of(d);
+    int least = 0, greatest = 0;
+    FLAGOS_HAL_CHECK(hal, hal.stream_get_priority_range(&least, &greatest));
+    return std::make_pair(least, greatest);
+  });
+  m.def("_stream_priority", [](int d, int64_t id) {
+    return flagos::stream_priority(flagos::make_stream(d, id));
+  });
+
+  // Routing.
+  m.def("_register_provider", [](const std::string& name, const std::string& kind, py::object fn) {
+    flagos::EngineKind k;
+    if (kind == "cpu") k = flagos::EngineKind::CPU;
+    else if (kind == "twin") k = flagos::EngineKind::TWIN;
+    else if (kind == "python") k = flagos::EngineKind::PYTHON;
+    else throw std::invalid_argument("flagos: unknown provider engine '" + kind +
+                                     "' (expected cpu, twin or python)");
+    TORCH_CHECK(k != flagos::EngineKind::PYTHON || !fn.is_none(),
+                "flagos: a python provider needs a callable");
+    flagos::register_provider(name, k, fn.is_none() ? nullptr : fn.ptr());
+  }, py::arg("name"), py::arg("kind"), py::arg("fn") = py::none());
+  m.def("_providers", &flagos::registered_providers);
+  m.def("_set_resolver", [](py::object fn) { flagos::set_resolver(fn.is_none() ? nullptr : fn.ptr()); });
+  m.def("_bump_routing_version", &flagos::bump_routing_version);
+  m.def("_routing_version", &flagos::routing_version);
+  m.def("_routing_stats", &flagos::routing_stats);
+  m.def("_reset_routing_stats", &flagos::reset_routing_stats);
+}

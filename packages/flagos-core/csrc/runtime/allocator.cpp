@@ -1,0 +1,495 @@
+// Caching allocator per flagos device, modelled on the semantics of PyTorch's CUDA
+// caching allocator: size classes, block splitting and merging, stream-aware reuse
+// (record_stream), empty_cache, and out-of-memory that frees the cache, retries once,
+// then raises torch.OutOfMemoryError with the numbers.
+// FLAGOS_ALLOCATOR=passthrough sends every request straight to the HAL (debugging).
+#include "runtime/allocator.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "runtime/stream.h"
+
+namespace flagos {
+namespace {
+
+using c10::CachingAllocator::Stat;
+using c10::CachingAllocator::StatType;
+using c10::CachingDeviceAllocator::DeviceStats;
+
+constexpr size_t kMinBlockSize = 512;
+constexpr size_t kSmallSize = 1 << 20;        // requests up to 1 MiB are "small"
+constexpr size_t kSmallBuffer = 2 << 20;      // small requests share 2 MiB segments
+constexpr size_t kLargeBuffer = 20 << 20;     // 1-10 MiB requests get 20 MiB segments
+constexpr size_t kMinLargeAlloc = 10 << 20;
+constexpr size_t kRoundLarge = 2 << 20;
+
+struct Block {
+  c10::DeviceIndex device;
+  c10::StreamId stream;
+  size_t size;
+  void* ptr;
+  bool allocated = false;
+  bool small;
+  size_t requested = 0;
+  Block* prev = nullptr;
+  Block* next = nullptr;
+  std::unordered_set<c10::StreamId> stream_uses;  // streams from record_stream
+  int pending_events = 0;
+};
+
+struct BlockLess {
+  bool operator()(const Block* a, const Block* b) const {
+    if (a->stream != b->stream) return a->stream < b->stream;
+    if (a->size != b->size) return a->size < b->size;
+    return reinterpret_cast<uintptr_t>(a->ptr) < reinterpret_cast<uintptr_t>(b->ptr);
+  }
+};
+
+size_t round_size(size_t size) {
+  if (size < kMinBlockSize) return kMinBlockSize;
+  return kMinBlockSize * ((size + kMinBlockSize - 1) / kMinBlockSize);
+}
+
+size_t segment_size(size_t size) {
+  if (size <= kSmallSize) return kSmallBuffer;
+  if (size < kMinLargeAlloc) return kLargeBuffer;
+  return kRoundLarge * ((size + kRoundLarge - 1) / kRoundLarge);
+}
+
+void stat_update(DeviceStats& s, c10::CachingAllocator::StatArray DeviceStats::*field, bool small,
+                 int64_t amount) {
+  auto& arr = s.*field;
+  auto apply = [amount](Stat& st) {
+    if (amount >= 0) st.increase(amount);
+    else st.decrease(-amount);
+  };
+  apply(arr[static_cast<size_t>(StatType::AGGREGATE)]);
+  apply(arr[static_cast<size_t>(small ? StatType::SMALL_POOL : StatType::LARGE_POOL)]);
+}
+
+class DevicePool {
+ public:
+  explicit DevicePool(c10::DeviceIndex device) : device_(device) {}
+
+  Block* malloc(size_t requested, c10::StreamId stream) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    process_events();
+    size_t size = round_size(requested);
+    bool small = size <= kSmallSize;
+    Block key{device_, stream, size, nullptr, false, small};
+    key.ptr = nullptr;
+    auto& pool = small ? small_ : large_;
+    Block* block = nullptr;
+    auto it = pool.lower_bound(&key);
+    if (it != pool.end() && (*it)->stream == stream) {
+      block = *it;
+      pool.erase(it);
+    }
+    if (!block) block = new_segment(size, small, stream, requested);
+    if (!block) {
+      // Free cached segments, wait for deferred frees, and try once more.
+      release_cached();
+      stats_.num_alloc_retries++;
+      block = new_segment(size, small, stream, requested);
+    }
+    if (!block) raise_oom(requested);
+
+    size_t remaining = block->size - size;
+    if ((small && remaining >= kMinBlockSize) || (!small && remaining > kSmallSize)) {
+      auto* rest = new Block{device_, stream, remaining, nullptr, false, small};
+      rest->ptr = static_cast<char*>(block->ptr) + size;
+      rest->prev = block;
+      rest->next = block->next;
+      if (block->next) block->next->prev = rest;
+      block->next = rest;
+      block->size = size;
+      pool.insert(rest);
+    }
+    block->allocated = true;
+    block->requested = requested;
+    active_[block->ptr] = block;
+    stat_update(stats_, &DeviceStats::allocation, small, 1);
+    stat_update(stats_, &DeviceStats::allocated_bytes, small, block->size);
+    stat_update(stats_, &DeviceStats::active, small, 1);
+    stat_update(stats_, &DeviceStats::active_bytes, small, block->size);
+    stat_update(stats_, &DeviceStats::requested_bytes, small, requested);
+    recount_inactive_splits();
+    return block;
+  }
+
+  void free(void* ptr) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = active_.find(ptr);
+    TORCH_INTERNAL_ASSERT(it != active_.end(), "flagos allocator: freeing an unknown pointer");
+    Block* block = it->second;
+    active_.erase(it);
+    block->allocated = false;
+    stat_update(stats_, &DeviceStats::allocation, block->small, -1);
+    stat_update(stats_, &DeviceStats::allocated_bytes, block->small, -int64_t(block->size));
+    stat_update(stats_, &DeviceStats::requested_bytes, block->small, -int64_t(block->requested));
+    if (!block->stream_uses.empty()) {
+      // The block may still be read by other streams: reuse only after their work so far.
+      insert_events(block);
+      return;
+    }
+    free_block(block);
+  }
+
+  void record_stream(void* ptr, c10::StreamId stream) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = active_.find(ptr);
+    if (it == active_.end()) return;
+    if (stream != it->second->stream) it->second->stream_uses.insert(stream);
+  }
+
+  void empty_cache() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    release_cached();
+  }
+
+  DeviceStats stats() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return stats_;
+  }
+
+  void reset_peak() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for_each_stat([](Stat& s) { s.reset_peak(); });
+  }
+
+  void reset_accumulated() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for_each_stat([](Stat& s) { s.reset_accumulated(); });
+    stats_.num_alloc_retries = 0;
+    stats_.num_ooms = 0;
+    stats_.num_device_alloc = 0;
+    stats_.num_device_free = 0;
+  }
+
+  void snapshot(std::vector<SegmentSnapshot>& out) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (Block* head : segments_) {
+      SegmentSnapshot seg{device_, reinterpret_cast<uintptr_t>(head->ptr), 0, 0, head->stream, {}};
+      for (Block* b = head; b; b = b->next) {
+        seg.total_size += b->size;
+        if (b->allocated) seg.allocated_size += b->size;
+        seg.blocks.emplace_back(b->size, b->allocated);
+      }
+      out.push_back(std::move(seg));
+    }
+  }
+
+ private:
+  template <typename F>
+  void for_each_stat(F f) {
+    for (auto field : {&DeviceStats::allocation, &DeviceStats::segment, &DeviceStats::active,
+                       &DeviceStats::inactive_split, &DeviceStats::allocated_bytes,
+                       &DeviceStats::reserved_bytes, &DeviceStats::active_bytes,
+                       &DeviceStats::inactive_split_bytes, &DeviceStats::requested_bytes}) {
+      for (auto& s : stats_.*field) f(s);
+    }
+    f(stats_.oversize_allocations);
+    f(stats_.oversize_segments);
+  }
+
+  const flagos_hal_table_t& hal() { return hal_of(device_); }
+
+  Block* new_segment(size_t size, bool small, c10::StreamId stream, size_t requested) {
+    size_t bytes = segment_size(size);
+    const auto& d = hal_device(device_);
+    void* ptr = nullptr;
+    flagos_status_t st = d.lib->table->malloc(d.local_index, bytes, &ptr);
+    if (st == FLAGOS_ERROR_OUT_OF_MEMORY) return nullptr;
+    if (st != FLAGOS_SUCCESS) throw_hal_error(*d.lib->table, st, "malloc", __FILE__, __LINE__);
+    (void)requested;
+    auto* block = new Block{device_, stream, bytes, ptr, false, small};
+    segments_.insert(block);
+    stats_.num_device_alloc++;
+    stat_update(stats_, &DeviceStats::segment, small, 1);
+    stat_update(stats_, &DeviceStats::reserved_bytes, small, bytes);
+    return block;
+  }
+
+  void free_block(Block* block) {
+    stat_update(stats_, &DeviceStats::active, block->small, -1);
+    stat_update(stats_, &DeviceStats::active_bytes, block->small, -int64_t(block->size));
+    auto& pool = block->small ? small_ : large_;
+    // Merge with free neighbours of the same segment.
+    for (Block* nb : {block->prev, block->next}) {
+      if (!nb || nb->allocated || nb->pending_events > 0) continue;
+      pool.erase(nb);
+      if (nb == block->prev) {
+        nb->size += block->size;
+        nb->next = block->next;
+        if (block->next) block->next->prev = nb;
+        delete block;
+        block = nb;
+      } else {
+        block->size += nb->size;
+        block->next = nb->next;
+        if (nb->next) nb->next->prev = block;
+        delete nb;
+      }
+    }
+    block->stream_uses.clear();
+    pool.insert(block);
+    recount_inactive_splits();
+  }
+
+  void insert_events(Block* block) {
+    for (auto sid : block->stream_uses) {
+      auto stream = make_stream(device_, sid);
+      flagos_event_t ev = nullptr;
+      FLAGOS_HAL_CHECK(hal(), hal().event_create(FLAGOS_EVENT_DISABLE_TIMING, &ev));
+      FLAGOS_HAL_CHECK(hal(), hal().event_record(ev, hal_stream(stream)));
+      pending_.emplace_back(ev, block);
+      block->pending_events++;
+    }
+    block->stream_uses.clear();
+  }
+
+  void process_events() {
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      flagos_status_t st = hal().event_query(it->first);
+      if (st == FLAGOS_ERROR_NOT_READY) {
+        ++it;
+        continue;
+      }
+      hal().event_destroy(it->first);
+      Block* block = it->second;
+      it = pending_.erase(it);
+      if (--block->pending_events == 0) free_block(block);
+    }
+  }
+
+  void release_cached() {
+    const auto& d = hal_device(device_);
+    // Deferred frees and queued work must finish before memory goes back to the HAL.
+    FLAGOS_HAL_CHECK(*d.lib->table, d.lib->table->device_synchronize(d.local_index));
+    process_events();
+    for (auto* pool : {&small_, &large_}) {
+      for (auto it = pool->begin(); it != pool->end();) {
+        Block* b = *it;
+        if (b->prev || b->next) {  // part of a segment still in use
+          ++it;
+          continue;
+        }
+        FLAGOS_HAL_CHECK(*d.lib->table, d.lib->table->free(d.local_index, b->ptr));
+        segments_.erase(b);
+        stats_.num_device_free++;
+        stat_update(stats_, &DeviceStats::segment, b->small, -1);
+        stat_update(stats_, &DeviceStats::reserved_bytes, b->small, -int64_t(b->size));
+        delete b;
+        it = pool->erase(it);
+      }
+    }
+    recount_inactive_splits();
+  }
+
+  void recount_inactive_splits() {
+    // Inactive splits: free blocks that are part of a segment with an allocated block.
+    int64_t count[2] = {0, 0}, bytes[2] = {0, 0};
+    for (auto* pool : {&small_, &large_}) {
+      for (Block* b : *pool) {
+        if (b->prev || b->next) {
+          count[b->small]++;
+          bytes[b->small] += b->size;
+        }
+      }
+    }
+    for (int small = 0; small < 2; ++small) {
+      auto idx = static_cast<size_t>(small ? StatType::SMALL_POOL : StatType::LARGE_POOL);
+      stats_.inactive_split[idx].current = count[small];
+      stats_.inactive_split_bytes[idx].current = bytes[small];
+    }
+    auto agg = static_cast<size_t>(StatType::AGGREGATE);
+    stats_.inactive_split[agg].current = count[0] + count[1];
+    stats_.inactive_split_bytes[agg].current = bytes[0] + bytes[1];
+  }
+
+  [[noreturn]] void raise_oom(size_t requested) {
+    stats_.num_ooms++;
+    size_t free_b = 0, total_b = 0;
+    const auto& d = hal_device(device_);
+    d.lib->table->mem_get_info(d.local_index, &free_b, &total_b);
+    auto agg = static_cast<size_t>(StatType::AGGREGATE);
+    auto fmt = [](size_t b) {
+      char buf[64];
+      snprintf(buf, sizeof buf, "%.2f MiB", double(b) / (1 << 20));
+      return std::string(buf);
+    };
+    TORCH_CHECK_WITH(OutOfMemoryError, false, "flagos: out of memory on flagos:", int(device_),
+                     " (", d.lib->name, "): tried to allocate ", fmt(requested), "; ",
+                     fmt(stats_.allocated_bytes[agg].current), " allocated by PyTorch, ",
+                     fmt(stats_.reserved_bytes[agg].current), " reserved, ", fmt(free_b),
+                     " free of ", fmt(total_b),
+                     " device capacity. Free tensors, reduce the batch size, or call "
+                     "torch.flagos.empty_cache().");
+  }
+
+  c10::DeviceIndex device_;
+  std::mutex mutex_;
+  std::set<Block*, BlockLess> small_, large_;
+  std::set<Block*> segments_;  // first block of each segment
+  std::unordered_map<void*, Block*> active_;
+  std::vector<std::pair<flagos_event_t, Block*>> pending_;
+  DeviceStats stats_;
+};
+
+bool passthrough_from_env() {
+  const char* v = std::getenv("FLAGOS_ALLOCATOR");
+  return v && std::string(v) == "passthrough";
+}
+
+// DataPtr context: what the deleter needs to hand the block back.
+struct Context {
+  c10::DeviceIndex device;
+  void* ptr;
+};
+
+class FlagosAllocator final : public c10::DeviceAllocator {
+ public:
+  FlagosAllocator() : passthrough_(passthrough_from_env()) {}
+
+  c10::DataPtr allocate(size_t n) override {
+    c10::DeviceIndex device = current_device();
+    c10::Device dev(c10::DeviceType::PrivateUse1, device);
+    if (n == 0) return c10::DataPtr(nullptr, nullptr, &noop_delete, dev);
+    if (passthrough_) {
+      const auto& d = hal_device(device);
+      void* ptr = nullptr;
+      FLAGOS_HAL_CHECK(*d.lib->table, d.lib->table->malloc(d.local_index, n, &ptr));
+      return c10::DataPtr(ptr, new Context{device, ptr}, &passthrough_delete, dev);
+    }
+    Block* block = pool(device).malloc(n, current_stream(device).id());
+    return c10::DataPtr(block->ptr, new Context{device, block->ptr}, &cached_delete, dev);
+  }
+
+  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    const auto& hal = hal_of(current_device());
+    FLAGOS_HAL_CHECK(hal, hal.memcpy(dest, src, count, FLAGOS_MEMCPY_DEVICE_TO_DEVICE));
+  }
+
+  bool initialized() override { return hals_initialized(); }
+
+  void emptyCache(c10::MempoolId_t) override {
+    for (c10::DeviceIndex i = 0; i < device_count(); ++i) {
+      if (pools_[i]) pools_[i]->empty_cache();
+    }
+  }
+
+  void recordStream(const c10::DataPtr& ptr, c10::Stream stream) override {
+    auto* ctx = static_cast<Context*>(ptr.get_context());
+    if (!ctx || passthrough_ || ptr.get_deleter() != &cached_delete) return;
+    pool(ctx->device).record_stream(ptr.get(), stream.id());
+  }
+
+  DeviceStats getDeviceStats(c10::DeviceIndex device) override { return pool(device).stats(); }
+  void resetAccumulatedStats(c10::DeviceIndex device) override { pool(device).reset_accumulated(); }
+  void resetPeakStats(c10::DeviceIndex device) override { pool(device).reset_peak(); }
+
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
+    const auto& d = hal_device(device);
+    size_t free_b = 0, total_b = 0;
+    FLAGOS_HAL_CHECK(*d.lib->table, d.lib->table->mem_get_info(d.local_index, &free_b, &total_b));
+    return {free_b, total_b};
+  }
+
+  void snapshot(std::vector<SegmentSnapshot>& out) {
+    for (c10::DeviceIndex i = 0; i < device_count(); ++i) {
+      if (pools_[i]) pools_[i]->snapshot(out);
+    }
+  }
+
+  bool passthrough() const { return passthrough_; }
+
+  DevicePool& pool(c10::DeviceIndex device) {
+    hal_device(device);
+    std::call_once(once_[device], [&] { pools_[device] = std::make_unique<DevicePool>(device); });
+    return *pools_[device];
+  }
+
+ private:
+  static void noop_delete(void*) {}
+  static void cached_delete(void* ctx_ptr) {
+    std::unique_ptr<Context> ctx(static_cast<Context*>(ctx_ptr));
+    instance().pool(ctx->device).free(ctx->ptr);
+  }
+  static void passthrough_delete(void* ctx_ptr) {
+    std::unique_ptr<Context> ctx(static_cast<Context*>(ctx_ptr));
+    const auto& d = hal_device(ctx->device);
+    // No stream tracking in this mode: wait for all queued work before the HAL frees.
+    d.lib->table->device_synchronize(d.local_index);
+    d.lib->table->free(d.local_index, ctx->ptr);
+  }
+
+ public:
+  static FlagosAllocator& instance() {
+    static FlagosAllocator* alloc = new FlagosAllocator();  // leaked: deleters run at exit
+    return *alloc;
+  }
+
+ private:
+  bool passthrough_;
+  std::array<std::unique_ptr<DevicePool>, 64> pools_;
+  std::array<std::once_flag, 64> once_;
+};
+
+}  // namespace
+
+c10::DeviceAllocator* device_allocator() { return &FlagosAllocator::instance(); }
+bool allocator_passthrough() { return FlagosAllocator::instance().passthrough(); }
+
+std::vector<SegmentSnapshot> memory_snapshot() {
+  std::vector<SegmentSnapshot> out;
+  FlagosAllocator::instance().snapshot(out);
+  return out;
+}
+
+std::vector<std::pair<std::string, int64_t>> memory_stats(c10::DeviceIndex device) {
+  auto s = FlagosAllocator::instance().getDeviceStats(device);
+  std::vector<std::pair<std::string, int64_t>> out;
+  const char* pools[] = {"all", "small_pool", "large_pool"};
+  auto add_array = [&](const char* name, const c10::CachingAllocator::StatArray& arr) {
+    for (size_t p = 0; p < 3; ++p) {
+      std::string base = std::string(name) + "." + pools[p] + ".";
+      out.emplace_back(base + "current", arr[p].current);
+      out.emplace_back(base + "peak", arr[p].peak);
+      out.emplace_back(base + "allocated", arr[p].allocated);
+      out.emplace_back(base + "freed", arr[p].freed);
+    }
+  };
+  add_array("allocation", s.allocation);
+  add_array("segment", s.segment);
+  add_array("active", s.active);
+  add_array("inactive_split", s.inactive_split);
+  add_array("allocated_bytes", s.allocated_bytes);
+  add_array("reserved_bytes", s.reserved_bytes);
+  add_array("active_bytes", s.active_bytes);
+  add_array("inactive_split_bytes", s.inactive_split_bytes);
+  add_array("requested_bytes", s.requested_bytes);
+  out.emplace_back("num_alloc_retries", s.num_alloc_retries);
+  out.emplace_back("num_ooms", s.num_ooms);
+  out.emplace_back("num_device_alloc", s.num_device_alloc);
+  out.emplace_back("num_device_free", s.num_device_free);
+  return out;
+}
+
+void record_data_ptr_on_stream(const c10::DataPtr& data_ptr, const c10::Stream& stream) {
+  FlagosAllocator::instance().recordStream(data_ptr, stream);
+}
+
+// Register as the PrivateUse1 allocator at load time.
+REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &FlagosAllocator::instance());
+
+}  // namespace flagos

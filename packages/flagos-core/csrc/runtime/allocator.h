@@ -1,0 +1,26 @@
+// The flagos caching device allocator: one pool per device over HAL malloc/free.
+#pragma once
+
+#include <c10/core/CachingDeviceAllocator.h>
+
+#include <string>
+#include <vector>
+
+namespace flagos {
+
+struct SegmentSnapshot {
+  int device;
+  uintptr_t address;
+  size_t total_size;
+  size_t allocated_size;
+  int64_t stream_id;
+  std::vector<std::pair<size_t, bool>> blocks;  // (size, allocated)
+};
+
+c10::DeviceAllocator* device_allocator();
+// Statistics of one device as name -> value, in the key style of torch.cuda.memory_stats().
+std::vector<std::pair<std::string, int64_t>> memory_stats(c10::DeviceIndex device);
+std::vector<SegmentSnapshot> memory_snapshot();
+bool allocator_passthrough();
+
+}  // namespace flagos

@@ -1,0 +1,34 @@
+// The flagos generator: one default generator per device. Random ops that run as
+// CPU kernels (fallback, or boxing onto the CPU twin on sim) draw from its inner
+// CPU generator, so torch.manual_seed / torch.flagos.manual_seed reproduce results
+// through every route.
+#pragma once
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/Generator.h>
+
+namespace flagos {
+
+class FlagosGeneratorImpl : public c10::GeneratorImpl {
+ public:
+  explicit FlagosGeneratorImpl(c10::DeviceIndex device, uint64_t seed = c10::default_rng_seed_val);
+  void set_current_seed(uint64_t seed) override;
+  void set_offset(uint64_t offset) override;
+  uint64_t get_offset() const override;
+  uint64_t current_seed() const override;
+  uint64_t seed() override;
+  void set_state(const c10::TensorImpl& new_state) override;
+  c10::intrusive_ptr<c10::TensorImpl> get_state() const override;
+  static c10::DeviceType device_type() { return c10::DeviceType::PrivateUse1; }
+  // The CPU generator that CPU kernels draw from on behalf of this generator.
+  at::Generator& cpu_generator() { return cpu_; }
+
+ private:
+  FlagosGeneratorImpl* clone_impl() const override;
+  at::Generator cpu_;
+};
+
+const at::Generator& default_generator(c10::DeviceIndex device);
+at::Generator new_generator(c10::DeviceIndex device);
+
+}  // namespace flagos

@@ -1,0 +1,92 @@
+#include "runtime/hal.h"
+
+#include "runtime/resize.h"
+
+#include <mutex>
+
+namespace flagos {
+namespace {
+
+std::mutex g_init_mutex;
+std::vector<std::string> g_paths;
+std::vector<flagos_hal::Library> g_hals;
+std::vector<HalDevice> g_devices;
+bool g_initialized = false;
+
+thread_local c10::DeviceIndex t_current_device = 0;
+
+}  // namespace
+
+void init_hals(const std::vector<std::string>& paths) {
+  std::lock_guard<std::mutex> lock(g_init_mutex);
+  if (g_initialized) {
+    TORCH_CHECK(paths == g_paths,
+                "flagos: HALs are already loaded; set FLAGOS_HAL before the first use of flagos");
+    return;
+  }
+  std::vector<flagos_hal::Library> hals;
+  std::vector<HalDevice> devices;
+  for (const auto& path : paths) {
+    hals.push_back(flagos_hal::open_library(path));
+  }
+  for (size_t slot = 0; slot < hals.size(); ++slot) {
+    int count = 0;
+    const auto* t = hals[slot].table;
+    flagos_status_t st = t->get_device_count(&count);
+    TORCH_CHECK(st == FLAGOS_SUCCESS, "flagos: HAL '", hals[slot].name, "' (", hals[slot].path,
+                ") failed to count devices: ", flagos_hal::describe_status(t, st));
+    for (int i = 0; i < count; ++i) devices.push_back({nullptr, i, static_cast<int>(slot)});
+  }
+  g_hals = std::move(hals);
+  for (auto& d : devices) d.lib = &g_hals[d.hal_slot];
+  TORCH_CHECK(devices.size() <= 64, "flagos: at most 64 devices are supported");
+  g_devices = std::move(devices);
+  g_paths = paths;
+  g_initialized = true;
+}
+
+bool hals_initialized() { return g_initialized; }
+const std::vector<flagos_hal::Library>& loaded_hals() { return g_hals; }
+
+c10::DeviceIndex device_count() noexcept { return static_cast<c10::DeviceIndex>(g_devices.size()); }
+
+const HalDevice& hal_device(c10::DeviceIndex index) {
+  TORCH_CHECK(!in_forked_child(),
+              "flagos: cannot use flagos devices in a forked subprocess (the device runtime does "
+              "not survive fork). Use the 'spawn' multiprocessing start method");
+  TORCH_CHECK(g_initialized, "flagos: no HAL is loaded; import flagos (or torch) first");
+  TORCH_CHECK(index >= 0 && index < device_count(), "flagos: invalid device index ", int(index),
+              " (", int(device_count()), " flagos device(s) available)");
+  return g_devices[index];
+}
+
+const flagos_hal_table_t& hal_of(c10::DeviceIndex index) { return *hal_device(index).lib->table; }
+
+flagos_native_device_t native_device_of(c10::DeviceIndex index) {
+  flagos_native_device_t kind = FLAGOS_NATIVE_NONE;
+  const auto& hal = hal_of(index);
+  FLAGOS_HAL_CHECK(hal, hal.get_native_device(&kind));
+  return kind;
+}
+
+c10::DeviceIndex current_device() { return t_current_device; }
+
+void set_current_device(c10::DeviceIndex index) {
+  const auto& d = hal_device(index);
+  FLAGOS_HAL_CHECK(*d.lib->table, d.lib->table->set_device(d.local_index));
+  t_current_device = index;
+}
+
+void throw_hal_error(const flagos_hal_table_t& hal, flagos_status_t st, const char* call,
+                     const char* file, int line) {
+  const char* name = "?";
+  if (hal.get_name) hal.get_name(&name);
+  std::string msg = std::string("flagos: HAL '") + name + "' call `" + call + "` failed: " +
+                    flagos_hal::describe_status(&hal, st);
+  if (st == FLAGOS_ERROR_OUT_OF_MEMORY) {
+    TORCH_CHECK_WITH(OutOfMemoryError, false, msg);
+  }
+  ::c10::detail::torchCheckFail(__func__, file, static_cast<uint32_t>(line), msg);
+}
+
+}  // namespace flagos

@@ -1,0 +1,47 @@
+// The set of loaded HALs and the map from global flagos device indices to
+// (HAL, local device). flagos:0..N-1 span every loaded HAL's devices in load order.
+#pragma once
+
+#include <c10/core/Device.h>
+#include <c10/util/Exception.h>
+
+#include <string>
+#include <vector>
+
+#include "flagos_hal/loader.hpp"
+
+namespace flagos {
+
+struct HalDevice {
+  const flagos_hal::Library* lib;  // owning HAL
+  int local_index;                 // the HAL's own device index
+  int hal_slot;                    // index into loaded_hals()
+};
+
+// Loads the HAL libraries at `paths` (in order). Called once, from Python, before
+// any device use; a second call with the same paths is a no-op, with others an error.
+void init_hals(const std::vector<std::string>& paths);
+bool hals_initialized();
+const std::vector<flagos_hal::Library>& loaded_hals();
+
+c10::DeviceIndex device_count() noexcept;
+const HalDevice& hal_device(c10::DeviceIndex index);  // checks the range
+const flagos_hal_table_t& hal_of(c10::DeviceIndex index);
+flagos_native_device_t native_device_of(c10::DeviceIndex index);
+
+// Thread-local current flagos device (the HAL's own current device is set too).
+c10::DeviceIndex current_device();
+void set_current_device(c10::DeviceIndex index);
+
+[[noreturn]] void throw_hal_error(const flagos_hal_table_t& hal, flagos_status_t st,
+                                  const char* call, const char* file, int line);
+
+}  // namespace flagos
+
+// Calls a HAL function and turns a failure into a c10::Error naming the call.
+#define FLAGOS_HAL_CHECK(hal, call_expr)                                          \
+  do {                                                                            \
+    flagos_status_t flagos_st_ = (call_expr);                                     \
+    if (flagos_st_ != FLAGOS_SUCCESS)                                             \
+      ::flagos::throw_hal_error((hal), flagos_st_, #call_expr, __FILE__, __LINE__); \
+  } while (0)

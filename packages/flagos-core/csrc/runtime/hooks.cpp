@@ -1,0 +1,78 @@
+// PrivateUse1 hooks: availability, device count, generators, pinned memory, pointers,
+// storage resize, and fork safety.
+#include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <pthread.h>
+
+#include <atomic>
+
+#include "runtime/generator.h"
+#include "runtime/hal.h"
+#include "runtime/host_allocator.h"
+#include "runtime/resize.h"
+
+namespace flagos {
+namespace {
+
+std::atomic<bool> g_in_forked_child{false};
+
+struct FlagosHooks final : public at::PrivateUse1HooksInterface {
+  bool isBuilt() const override { return true; }
+  bool isAvailable() const override { return hals_initialized() && device_count() > 0; }
+  const at::Generator& getDefaultGenerator(c10::DeviceIndex device) const override {
+    return default_generator(device);
+  }
+  at::Generator getNewGenerator(c10::DeviceIndex device) const override {
+    return new_generator(device);
+  }
+  at::Device getDeviceFromPtr(void* data) const override {
+    for (c10::DeviceIndex i = 0; i < device_count(); ++i) {
+      const auto& d = hal_device(i);
+      flagos_pointer_attributes_t attr{};
+      if (d.lib->table->pointer_get_attributes(data, &attr) == FLAGOS_SUCCESS &&
+          attr.type == FLAGOS_POINTER_DEVICE && attr.device == d.local_index) {
+        return at::Device(c10::DeviceType::PrivateUse1, i);
+      }
+    }
+    TORCH_CHECK(false, "flagos: pointer ", data, " is not flagos device memory");
+  }
+  bool isPinnedPtr(const void* data) const override { return is_pinned_ptr(data); }
+  at::Allocator* getPinnedMemoryAllocator() const override { return pinned_host_allocator(); }
+  bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
+  void init() const override {
+    TORCH_CHECK(!g_in_forked_child.load(),
+                "flagos: cannot re-initialize flagos in a forked subprocess. To use flagos with "
+                "multiprocessing, use the 'spawn' start method");
+  }
+  c10::DeviceIndex deviceCount() const override { return device_count(); }
+  void setCurrentDevice(c10::DeviceIndex device) const override { set_current_device(device); }
+  c10::DeviceIndex getCurrentDevice() const override { return current_device(); }
+  c10::DeviceIndex exchangeDevice(c10::DeviceIndex device) const override {
+    auto prev = current_device();
+    if (device != prev) set_current_device(device);
+    return prev;
+  }
+  c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex device) const override {
+    return exchangeDevice(device);
+  }
+  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
+    resize_storage_bytes(storage, newsize);
+  }
+};
+
+void mark_forked_child() { g_in_forked_child.store(true); }
+
+}  // namespace
+
+bool in_forked_child() { return g_in_forked_child.load(std::memory_order_relaxed); }
+
+void register_hooks() {
+  static FlagosHooks hooks;
+  at::RegisterPrivateUse1HooksInterface(&hooks);
+  static bool atfork = [] {
+    pthread_atfork(nullptr, nullptr, &mark_forked_child);
+    return true;
+  }();
+  (void)atfork;
+}
+
+}  // namespace flagos

@@ -1,0 +1,116 @@
+#include "runtime/stream.h"
+
+#include <array>
+#include <deque>
+#include <mutex>
+
+namespace flagos {
+namespace {
+
+constexpr int kPoolPerPriority = 4;
+
+struct DeviceStreams {
+  std::mutex mutex;
+  flagos_stream_t default_handle = nullptr;
+  std::deque<flagos_stream_t> handles;  // id k -> handles[k - 1]
+  std::deque<int> priorities;
+  // pool[level] holds ids; level 0 = lowest priority.
+  std::array<std::vector<c10::StreamId>, 8> pool;
+  std::array<size_t, 8> next{};
+};
+
+std::array<DeviceStreams, 64>& all_streams() {
+  static std::array<DeviceStreams, 64> streams;
+  return streams;
+}
+
+thread_local std::array<c10::StreamId, 64> t_current{};  // zero-initialised: default streams
+
+DeviceStreams& streams_of(c10::DeviceIndex device) {
+  hal_device(device);  // range check
+  return all_streams()[device];
+}
+
+}  // namespace
+
+c10::Stream make_stream(c10::DeviceIndex device, c10::StreamId id) {
+  return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, device), id);
+}
+
+flagos_stream_t hal_stream(const c10::Stream& stream) {
+  auto device = stream.device_index();
+  auto& ds = streams_of(device);
+  std::lock_guard<std::mutex> lock(ds.mutex);
+  if (stream.id() == 0) {
+    if (!ds.default_handle) {
+      const auto& d = hal_device(device);
+      FLAGOS_HAL_CHECK(*d.lib->table, d.lib->table->stream_get_default(d.local_index, &ds.default_handle));
+    }
+    return ds.default_handle;
+  }
+  TORCH_CHECK(stream.id() > 0 && static_cast<size_t>(stream.id()) <= ds.handles.size(),
+              "flagos: unknown stream id ", stream.id(), " on flagos:", int(device));
+  return ds.handles[stream.id() - 1];
+}
+
+c10::Stream current_stream(c10::DeviceIndex device) {
+  hal_device(device);
+  return make_stream(device, t_current[device]);
+}
+
+c10::Stream default_stream(c10::DeviceIndex device) {
+  hal_device(device);
+  return make_stream(device, 0);
+}
+
+c10::Stream exchange_stream(const c10::Stream& stream) {
+  auto device = stream.device_index();
+  hal_stream(stream);  // validates the id
+  auto prev = make_stream(device, t_current[device]);
+  t_current[device] = stream.id();
+  return prev;
+}
+
+c10::Stream pool_stream(c10::DeviceIndex device, int priority) {
+  const auto& d = hal_device(device);
+  const auto& hal = *d.lib->table;
+  int least = 0, greatest = 0;
+  FLAGOS_HAL_CHECK(hal, hal.stream_get_priority_range(&least, &greatest));
+  int clamped = std::min(std::max(priority, greatest), least);
+  size_t level = std::min<size_t>(static_cast<size_t>(least - clamped), 7);
+  auto& ds = streams_of(device);
+  std::lock_guard<std::mutex> lock(ds.mutex);
+  auto& pool = ds.pool[level];
+  if (pool.size() < kPoolPerPriority) {
+    flagos_stream_t handle = nullptr;
+    FLAGOS_HAL_CHECK(hal, hal.stream_create(d.local_index, clamped, &handle));
+    ds.handles.push_back(handle);
+    ds.priorities.push_back(clamped);
+    pool.push_back(static_cast<c10::StreamId>(ds.handles.size()));
+    return make_stream(device, pool.back());
+  }
+  auto id = pool[ds.next[level]++ % pool.size()];
+  return make_stream(device, id);
+}
+
+int stream_priority(const c10::Stream& stream) {
+  if (stream.id() == 0) return 0;
+  auto& ds = streams_of(stream.device_index());
+  std::lock_guard<std::mutex> lock(ds.mutex);
+  return ds.priorities.at(stream.id() - 1);
+}
+
+void synchronize_stream(const c10::Stream& stream) {
+  const auto& hal = hal_of(stream.device_index());
+  FLAGOS_HAL_CHECK(hal, hal.stream_synchronize(hal_stream(stream)));
+}
+
+bool query_stream(const c10::Stream& stream) {
+  const auto& hal = hal_of(stream.device_index());
+  flagos_status_t st = hal.stream_query(hal_stream(stream));
+  if (st == FLAGOS_ERROR_NOT_READY) return false;
+  FLAGOS_HAL_CHECK(hal, st);
+  return true;
+}
+
+}  // namespace flagos

@@ -1,0 +1,62 @@
+"""Connects flagos.routing (the table, in Python) to the C++ dispatcher."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from flagos import _C, routing
+
+
+class CppBackend:
+    """The routing Backend protocol implemented on flagos._C."""
+
+    def bump_version(self) -> None:
+        _C._bump_routing_version()
+
+    def cpp_providers(self) -> list[str]:
+        return sorted(_C._providers())
+
+    def register_python_provider(self, name: str, fn: Callable[..., object]) -> None:
+        _C._register_provider(name, "python", _python_entry(fn))
+
+    def register_cpp_provider(self, name: str, engine: str) -> None:
+        _C._register_provider(name, engine)
+
+    def device_hal_names(self) -> list[str]:
+        return [_C._device_properties(i)["hal"] for i in range(_C._device_count())]
+
+    def stats(self) -> list[tuple[str, str, int, int, int]]:
+        return list(_C._routing_stats())
+
+    def reset_stats(self) -> None:
+        _C._reset_routing_stats()
+
+    def set_resolver(self, resolver: Callable[[str, int], list[str]]) -> None:
+        _C._set_resolver(resolver)
+
+
+def _python_entry(fn: Callable[..., object]) -> Callable[[str, tuple, dict], object]:
+    """Adapts a Provider (called with an OpOverload) to the C++ call (with the op name)."""
+    cache: dict[str, object] = {}
+
+    def call(op_name: str, args: tuple, kwargs: dict) -> object:
+        op = cache.get(op_name)
+        if op is None:
+            op = cache[op_name] = _overload(op_name)
+        return fn(op, args, kwargs)
+
+    return call
+
+
+def _overload(op_name: str):
+    import torch
+
+    ns, _, rest = op_name.partition("::")
+    name, _, overload = rest.partition(".")
+    packet = getattr(getattr(torch.ops, ns), name)
+    return getattr(packet, overload or "default")
+
+
+def install() -> None:
+    """Give the routing table its backend (registers Python providers, the resolver)."""
+    routing.set_backend(CppBackend())
