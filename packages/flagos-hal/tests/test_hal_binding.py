@@ -1,0 +1,224 @@
+import ctypes
+import shutil
+import subprocess
+
+import flagos_hal
+import pytest
+from flagos_hal import HalError, MemcpyKind, PointerType, Status
+from hal_testutil import run_python
+
+
+def test_headers_and_libraries_installed():
+    inc = flagos_hal.get_include()
+    with open(f"{inc}/flagos_hal/flagos_hal.h") as f:
+        assert "flagos_hal_get_table" in f.read()
+    with open(f"{inc}/flagos_hal/loader.hpp") as f:
+        assert "open_library" in f.read()
+    assert flagos_hal.library_path("sim").endswith("libflagos_hal_sim.so")
+    with pytest.raises(ValueError, match="bundled HALs are cuda, sim"):
+        flagos_hal.library_path("nope")
+
+
+def test_only_entry_symbol_exported(sim_path):
+    out = subprocess.run(["nm", "-D", "--defined-only", sim_path], capture_output=True,
+                         text=True, check=True).stdout
+    assert [line.split()[-1] for line in out.splitlines()] == ["flagos_hal_get_table"]
+
+
+def test_identity_and_properties(hal):
+    assert hal.name == "sim" and hal.version.startswith("flagos-sim")
+    assert hal.native_device() == flagos_hal.NativeDevice.CPU
+    assert hal.device_count() == 2
+    p = hal.device_properties(1)
+    assert p.name == b"flagos-sim" and p.native_device_index == -1 and p.compute_units >= 1
+    assert hal.mem_get_info(1)[1] == p.total_memory == 4 << 30
+
+
+def test_round_trip_and_attributes(hal):
+    p = hal.malloc(1, 1000)
+    try:
+        hal.write(p + 5, b"flagos")
+        assert hal.read(p + 5, 6) == b"flagos"
+        a = hal.pointer_attributes(p + 999)
+        assert (a.type, a.device, a.base, a.size) == (PointerType.DEVICE, 1, p, 1000)
+        assert hal.pointer_attributes(p + 1000).type == PointerType.UNKNOWN
+    finally:
+        hal.free(1, p)
+
+
+def test_errors_name_library_and_function(hal, sim_path):
+    with pytest.raises(HalError) as e:
+        hal.malloc(0, 2**64 - 1)
+    assert e.value.status == Status.OUT_OF_MEMORY
+    assert "malloc" in str(e.value) and sim_path in str(e.value) and "OUT_OF_MEMORY" in str(e.value)
+    with pytest.raises(HalError) as e:
+        hal.set_device(2)
+    assert e.value.status == Status.INVALID_DEVICE and "device 2 out of range" in str(e.value)
+
+
+def test_free_on_wrong_device_and_unknown(hal):
+    p = hal.malloc(0, 256)
+    with pytest.raises(HalError) as e:
+        hal.free(1, p)
+    assert e.value.status == Status.INVALID_HANDLE
+    hal.free(0, p)
+    with pytest.raises(HalError, match="already freed"):
+        hal.free(0, p)
+
+
+def test_bogus_handles_are_errors_not_crashes(hal):
+    bogus = ctypes.addressof(ctypes.create_string_buffer(64))
+    for fn, args in (("stream_query", (bogus,)), ("stream_synchronize", (bogus,)),
+                     ("event_query", (bogus,)), ("event_record", (bogus, bogus)),
+                     ("stream_destroy", (bogus,))):
+        assert hal.raw(fn, *args) == Status.INVALID_HANDLE, fn
+    s = hal.stream_create(0)
+    hal.stream_destroy(s)
+    assert hal.raw("stream_query", s) == Status.INVALID_HANDLE
+
+
+def test_async_work_really_is_asynchronous(hal):
+    n = 64 << 20
+    p = hal.malloc(0, n)
+    s = hal.stream_create(0)
+    try:
+        for i in range(20):
+            hal.memset_async(p, i, n, s)
+        assert not hal.stream_query(s)  # 1.3 GB of memsets cannot be done already
+        hal.stream_synchronize(s)
+        assert hal.stream_query(s) and hal.read(p + n - 1, 1) == b"\x13"
+    finally:
+        hal.stream_destroy(s)
+        hal.free(0, p)
+
+
+def test_priorities_clamped(hal):
+    assert hal.stream_priority_range() == (0, -2)
+    s = hal.stream_create(0, -100)
+    hal.stream_destroy(s)
+
+
+def test_memcpy_out_of_bounds_is_refused(hal):
+    p = hal.malloc(0, 100)
+    buf = ctypes.create_string_buffer(200)
+    try:
+        with pytest.raises(HalError, match="not inside a live device allocation"):
+            hal.memcpy(p, ctypes.addressof(buf), 101, MemcpyKind.HOST_TO_DEVICE)
+        with pytest.raises(HalError) as e:
+            hal.memcpy(p, ctypes.addressof(buf), 1, 9)
+        assert e.value.status == Status.INVALID_VALUE
+    finally:
+        hal.free(0, p)
+
+
+def test_out_of_memory_is_real_and_recovers():
+    r = run_python(
+        "import flagos_hal\n"
+        "h = flagos_hal.load('sim')\n"
+        "assert h.mem_get_info(0) == (1 << 20, 1 << 20)\n"
+        "ps = [h.malloc(0, 256 << 10) for _ in range(4)]\n"
+        "try:\n"
+        "    h.malloc(0, 1)\n    raise SystemExit('no OOM')\n"
+        "except flagos_hal.HalError as e:\n"
+        "    assert e.status == flagos_hal.Status.OUT_OF_MEMORY, e\n"
+        "h.free(0, ps[1]); h.free(0, ps[2])\n"
+        "q = h.malloc(0, 512 << 10)\n"  # the two freed neighbours coalesced
+        "assert q == ps[1], (q, ps)\n"
+        "assert h.mem_get_info(1)[0] == 1 << 20\n"
+        "print('ok')\n",
+        env={"FLAGOS_SIM_MEMORY": "1MiB", "FLAGOS_SIM_DEVICES": "3"})
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr
+
+
+@pytest.mark.parametrize("text,expected", [("1048576", 1 << 20), ("64K", 64 << 10),
+                                           ("2MiB", 2 << 20), ("1G", 1 << 30), ("3gib", 3 << 30)])
+def test_memory_size_parsing(text, expected):
+    r = run_python("import flagos_hal; print(flagos_hal.load('sim').mem_get_info(0)[1])",
+                   env={"FLAGOS_SIM_MEMORY": text})
+    assert r.returncode == 0 and int(r.stdout) == expected, r.stderr
+
+
+def test_bad_env_warns_and_uses_defaults():
+    r = run_python("import flagos_hal; h = flagos_hal.load('sim');"
+                   "print(h.device_count(), h.mem_get_info(0)[1])",
+                   env={"FLAGOS_SIM_MEMORY": "lots", "FLAGOS_SIM_DEVICES": "x"})
+    assert r.returncode == 0 and r.stdout.split() == ["2", str(4 << 30)]
+    assert "FLAGOS_SIM_MEMORY='lots'" in r.stderr and "FLAGOS_SIM_DEVICES='x'" in r.stderr
+
+
+def test_fault_injection():
+    r = run_python(
+        "import ctypes, flagos_hal\n"
+        "from flagos_hal import Status\n"
+        "h = flagos_hal.load('sim')\n"
+        "p1 = h.malloc(0, 64); p2 = h.malloc(0, 64)\n"
+        "try:\n    h.malloc(0, 64); raise SystemExit('3rd malloc did not fail')\n"
+        "except flagos_hal.HalError as e:\n"
+        "    assert e.status == Status.OUT_OF_MEMORY and 'injected' in e.message, e\n"
+        "h.malloc(0, 64)\n"
+        "h.write(p1, b'a' * 64)\n"  # memcpy 1
+        "src = ctypes.create_string_buffer(b'b' * 64, 64)\n"
+        "st = h.raw('memcpy', p1, ctypes.addressof(src), 64, 1)\n"  # memcpy 2: fault
+        "assert st == Status.DEVICE_FAULT, st\n"
+        "assert h.read(p1, 64) == b'a' * 64\n"  # nothing was copied
+        "assert h.raw('memset', p2, 0, 64) == Status.DEVICE_FAULT\n"
+        "print('ok')\n",
+        env={"FLAGOS_SIM_FAULT": "malloc:3,memcpy:2,memset:1"})
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr
+
+
+def test_two_sim_instances_in_one_process(tmp_path, sim_path):
+    copy = tmp_path / "libflagos_hal_sim_copy.so"
+    shutil.copy(sim_path, copy)
+    a, b = flagos_hal.load(sim_path), flagos_hal.load(str(copy))
+    assert a.table.get_name is not None and ctypes.addressof(a.table) != ctypes.addressof(b.table)
+    free_b = b.mem_get_info(0)[0]
+    p = a.malloc(0, 16 << 20)
+    try:
+        assert b.mem_get_info(0)[0] == free_b  # separate pools
+        assert b.pointer_attributes(p).type == PointerType.UNKNOWN
+        assert a.pointer_attributes(p).type == PointerType.DEVICE
+        q = b.malloc(0, 100)
+        assert b.raw("free", 0, p) == Status.INVALID_HANDLE
+        b.free(0, q)
+    finally:
+        a.free(0, p)
+
+
+FAKE_HAL = r"""
+#include "flagos_hal/flagos_hal.h"
+static flagos_hal_table_t table = {(2u << 16) | 3u, sizeof(flagos_hal_table_t)};
+FLAGOS_HAL_EXPORT flagos_status_t flagos_hal_get_table(uint32_t major,
+                                                       const flagos_hal_table_t** out) {
+  (void)major; *out = &table; return FLAGOS_SUCCESS;
+}
+"""
+
+
+def test_abi_mismatch_names_library_and_versions(tmp_path):
+    src = tmp_path / "fake.c"
+    src.write_text(FAKE_HAL)
+    lib = tmp_path / "libfake_hal.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-I", flagos_hal.get_include(), str(src), "-o",
+                    str(lib)], check=True)
+    with pytest.raises(flagos_hal.HalAbiError) as e:
+        flagos_hal.load(str(lib))
+    msg = str(e.value)
+    assert str(lib) in msg and "expected 1.0" in msg and "found 2.3" in msg
+
+
+def test_not_a_hal(tmp_path):
+    lib = tmp_path / "libnothing.so"
+    src = tmp_path / "n.c"
+    src.write_text("int nothing(void) { return 0; }\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", str(src), "-o", str(lib)], check=True)
+    with pytest.raises(HalError, match="does not export flagos_hal_get_table"):
+        flagos_hal.load(str(lib))
+
+
+def test_exit_with_pending_work_does_not_hang():
+    r = run_python("import flagos_hal\nh = flagos_hal.load('sim')\n"
+                   "p = h.malloc(0, 64 << 20)\ns = h.stream_create(1)\n"
+                   "for i in range(50): h.memset_async(p, i, 64 << 20, h.default_stream(0))\n"
+                   "print('bye')\n", timeout=60)
+    assert r.returncode == 0 and "bye" in r.stdout, r.stderr
