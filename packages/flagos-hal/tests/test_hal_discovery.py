@@ -7,8 +7,14 @@ from flagos_hal import discovery
 
 def test_default_is_sim_without_devices_elsewhere(monkeypatch):
     monkeypatch.delenv("FLAGOS_HAL", raising=False)
+    try:
+        cuda_devices = flagos_hal.load("cuda").device_count()
+    except (flagos_hal.HalError, FileNotFoundError, ValueError):
+        cuda_devices = 0  # not built, or no driver
     specs = flagos_hal.discover()
-    # No GPU here: the cuda HAL (if built) reports 0 devices, so sim is the fallback.
+    if cuda_devices:  # a GPU machine: cuda wins, sim is not added
+        assert [s.name for s in specs] == ["cuda"]
+        return
     assert [s.name for s in specs] == ["sim"]
     assert specs[0].path == flagos_hal.library_path("sim") and specs[0].origin.startswith("default")
 
