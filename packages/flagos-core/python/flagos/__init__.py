@@ -22,6 +22,10 @@ from flagos.api import *  # noqa: E402,F401,F403
 
 _install_routing()
 
+from flagos._plugins import load_plugins as _load_plugins  # noqa: E402
+
+_load_plugins()
+
 __version__ = "0.1.0"
 __all__ = ["routing", *_api.__all__]
 del torch, _runtime

@@ -60,3 +60,11 @@ def _overload(op_name: str):
 def install() -> None:
     """Give the routing table its backend (registers Python providers, the resolver)."""
     routing.set_backend(CppBackend())
+
+
+def register_engine_provider(name: str, engine: str) -> None:
+    """Register a C++ provider ``name`` run by one of the core's engines: ``"twin"``
+    (zero-copy on the HAL's native twin device) or ``"cpu"`` (the CPU fallback).
+    Packages such as flagos-ops-boxing call this, then describe the provider (which ops,
+    which HALs) with a :class:`flagos.routing.Provider` whose ``is_cpp`` is True."""
+    _C._register_provider(name, engine)

@@ -72,6 +72,12 @@ class Provider:
         never per call. The default serves every op."""
         return True
 
+    def serves_on(self, op: str, hal: str) -> bool:
+        """Whether this provider serves ``op`` on devices of HAL ``hal``. Providers whose
+        coverage depends on the HAL (a twin device's kernels, a vendor library) override
+        it; the default is :meth:`serves`."""
+        return self.serves(op)
+
     def __call__(
         self, op: torch._ops.OpOverload, args: tuple, kwargs: dict
     ) -> object:

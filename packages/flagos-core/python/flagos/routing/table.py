@@ -347,7 +347,7 @@ def _skip_reason(name: str, p: Provider | None, op: str, hal: str | None, cpp: f
     if p.hals is not None and hal is not None and hal not in p.hals:
         return f"not available on HAL {hal!r} (runs on: {', '.join(sorted(p.hals))})"
     try:
-        serves = p.serves(op)
+        serves = p.serves(op) if hal is None else p.serves_on(op, hal)
     except Exception as e:  # noqa: BLE001 - a broken provider is skipped, not fatal
         return f"serves() raised {type(e).__name__}: {e}"
     return "" if serves else f"does not serve {op}"

@@ -1,0 +1,86 @@
+"""flagos-ops-boxing: run ATen ops zero-copy on the HAL's native twin device.
+
+A flagos tensor whose HAL memory a native torch device can address (CPU for the
+simulated device, CUDA for CUDA-addressable HALs) is viewed, without a copy, as a
+tensor of that twin device; the twin's own kernel runs and the results are viewed back
+as flagos. The caller's tensors are never mutated to do it: the views are separate
+tensors sharing the bytes. The engine that does this is the flagos core's C++ "twin"
+engine (it needs the storage, stream and allocator internals); this package decides
+what the ``boxing`` provider serves: every op overload the installed torch has a kernel
+for on the twin device, read from the operator registry at import.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from flagos.routing import Provider
+
+__all__ = ["BoxingProvider", "coverage", "provider"]
+
+# Twin device of a HAL (as torch.flagos reports native_device) -> dispatch key name.
+_TWIN_KEYS = {"cpu": "CPU", "cuda": "CUDA"}
+
+
+@functools.cache
+def _twin_key_of_hal(hal: str) -> str | None:
+    import flagos
+
+    for i in range(flagos.device_count()):
+        props = flagos.get_device_properties(i)
+        if props.hal == hal:
+            return _TWIN_KEYS.get(props.native_device)
+    return None
+
+
+@functools.cache
+def _has_twin_kernel(op: str, key: str) -> bool:
+    try:
+        return torch._C._dispatch_has_kernel_for_dispatch_key(op, key)
+    except RuntimeError:  # not an operator this torch knows
+        return False
+
+
+class BoxingProvider(Provider):
+    """The ``boxing`` provider: serves every op that has a kernel on the twin device of the
+    device's HAL; HALs with opaque memory (no twin) are not served."""
+
+    name = "boxing"
+    is_cpp = True
+
+    def serves(self, op: str) -> bool:
+        """True when some loaded HAL's twin device has a kernel for ``op``."""
+        return any(_has_twin_kernel(op, key) for key in set(_TWIN_KEYS.values()))
+
+    def serves_on(self, op: str, hal: str) -> bool:
+        """True when the twin device of ``hal`` has a kernel for ``op``."""
+        key = _twin_key_of_hal(hal)
+        return key is not None and _has_twin_kernel(op, key)
+
+
+def coverage(hal: str = "sim") -> list[str]:
+    """The op overloads (``aten::add.Tensor``) the boxing provider serves on ``hal`` that
+    reach the flagos dispatcher (ops with a flagos kernel of their own are not counted)."""
+    key = _twin_key_of_hal(hal)
+    if key is None:
+        return []
+    out = []
+    for name in torch._C._dispatch_get_all_op_names():
+        if not name.startswith("aten::") or not _has_twin_kernel(name, key):
+            continue
+        if torch._C._dispatch_has_kernel_for_dispatch_key(name, "PrivateUse1"):
+            continue  # a runtime kernel (empty, copy, views) or a composite: not routed
+        if torch._C._dispatch_has_kernel_for_dispatch_key(name, "CompositeExplicitAutograd"):
+            continue
+        out.append(name)
+    return sorted(out)
+
+
+def provider() -> BoxingProvider:
+    """Entry point of group ``flagos.ops``: registers the C++ side with the flagos core."""
+    from flagos._routing_backend import register_engine_provider
+
+    register_engine_provider("boxing", "twin")
+    return BoxingProvider()
