@@ -15,17 +15,16 @@ from flagos._runtime import init as _init
 
 _init()
 
-from flagos import api as _api  # noqa: E402
-from flagos import routing  # noqa: E402
-from flagos._routing_backend import install as _install_routing  # noqa: E402
-from flagos.api import *  # noqa: E402,F401,F403
+from flagos import api as _api  # noqa: F401 - torch.flagos
+from flagos import routing as routing
+from flagos._routing_backend import install as _install_routing
+from flagos.api import *
 
 _install_routing()
 
-from flagos._plugins import load_plugins as _load_plugins  # noqa: E402
+from flagos._plugins import load_plugins as _load_plugins
 
 _load_plugins()
 
 __version__ = "0.1.0"
-__all__ = ["routing", *_api.__all__]
 del torch, _runtime

@@ -15,7 +15,6 @@ from __future__ import annotations
 import functools
 
 import torch
-
 from flagos.routing import Provider
 
 __all__ = ["BoxingProvider", "coverage", "provider"]
