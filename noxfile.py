@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import sys
 
 import nox
 
@@ -49,17 +50,19 @@ def _install_flagos(session: nox.Session, packages: list[str] = PACKAGES) -> Non
             session.install("--no-build-isolation", "--no-deps", f"./{pkg}")
 
 
-def _venv_params(hw: str) -> dict:
-    return {"venv_params": ["--system-site-packages"]} if hw == "cuda" else {}
+def _use_system_torch(session: nox.Session) -> None:
+    """Re-create the session's venv with the system site packages, where a GPU machine's
+    CUDA build of torch lives (it cannot be pip-installed there: no network)."""
+    session.run(sys.executable, "-m", "venv", "--system-site-packages", "--clear",
+                session.virtualenv.location, external=True, silent=True)
 
 
 @nox.session
 @nox.parametrize("hw", ["sim", "cuda"], ids=["sim", "cuda"])
 def tests(session: nox.Session, hw: str) -> None:
-    """Run every package's tests and the integration tests on the sim (or cuda) HAL."""
-    if hw == "cuda" and not session.virtualenv._venv_params:  # noqa: SLF001
-        session.virtualenv._venv_params = ["--system-site-packages"]  # noqa: SLF001
-        session.virtualenv.create()
+    """Every package's tests and the integration tests on the sim (or cuda) HAL."""
+    if hw == "cuda":
+        _use_system_torch(session)
     _install_torch(session, hw)
     _install_flagos(session)
     env = {"FLAGOS_TEST_HW": hw, "FLAGOS_HAL": hw}
@@ -67,7 +70,8 @@ def tests(session: nox.Session, hw: str) -> None:
     if hw == "sim":
         session.run("python", "-m", "flagos_hal.conformance", "--hal", "sim", "--asan", env=env)
     session.run(
-        "python", "-m", "pytest", "-q", "-p", "no:cacheprovider",
+        "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=15",
+        "--import-mode=importlib",
         *[p + "/tests" for p in PACKAGES if (ROOT / p / "tests").exists()],
         "integration_tests",
         *session.posargs,
