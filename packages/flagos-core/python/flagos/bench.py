@@ -1,0 +1,183 @@
+"""Benchmarks: flagos against native PyTorch, measured side by side in one run.
+
+    python -m flagos.bench [--quick] [--only NAME[,NAME]]
+
+Sections: ``alloc`` (allocator malloc/free throughput vs the native allocator), ``copy``
+(``tensor.to("flagos")`` / ``.cpu()`` bandwidth vs a native copy of the same bytes),
+``ops`` (per-op latency of small ops through each route vs the same op on native
+tensors), ``model`` (training throughput of a transformer stack vs native). The native
+reference is the HAL's twin device: CPU for sim, CUDA for the cuda HAL. Ratios are
+flagos time / native time (lower is better; 1.0 is parity), except bandwidth and
+throughput ratios, which are flagos / native (higher is better).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+import torch
+
+import flagos
+
+
+def _native_device() -> torch.device:
+    props = flagos.get_device_properties(0)
+    if props.native_device == "cuda":
+        return torch.device("cuda", props.native_device_index)
+    return torch.device("cpu")
+
+
+def _sync(dev: torch.device) -> None:
+    if dev.type == "flagos":
+        flagos.synchronize(dev.index)
+    elif dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def timeit(fn: Callable[[], object], dev: torch.device, min_time: float = 0.2,
+           repeats: int = 5) -> float:
+    """Median seconds per call of ``fn`` (synchronizing ``dev``), over ``repeats`` runs."""
+    fn()
+    _sync(dev)
+    n = 1
+    while True:  # calibrate: enough calls to last min_time / repeats
+        t = time.perf_counter()
+        for _ in range(n):
+            fn()
+        _sync(dev)
+        if time.perf_counter() - t >= min_time / repeats or n >= 1 << 20:
+            break
+        n *= 2
+    samples = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        for _ in range(n):
+            fn()
+        _sync(dev)
+        samples.append((time.perf_counter() - t) / n)
+    return statistics.median(samples)
+
+
+def paired(flagos_fn: Callable[[], object], native_fn: Callable[[], object],
+           native: torch.device, min_time: float, rounds: int = 3) -> tuple[float, float]:
+    """Times both alternately (round-robin) so that machine noise hits both alike."""
+    fl, nat = [], []
+    for _ in range(rounds):
+        fl.append(timeit(flagos_fn, torch.device("flagos", 0), min_time))
+        nat.append(timeit(native_fn, native, min_time))
+    return min(fl), min(nat)
+
+
+def bench_alloc(native: torch.device, min_time: float) -> list[str]:
+    out = ["## allocator: malloc+free of one tensor (us per pair; ratio flagos/native)"]
+    for nbytes in (512, 64 << 10, 4 << 20):
+        n = nbytes // 4
+        f, c = paired(lambda: torch.empty(n, device="flagos"),
+                      lambda: torch.empty(n, device=native), native, min_time)
+        out.append(f"  {nbytes:>9} B   flagos {f * 1e6:8.2f}   native {c * 1e6:8.2f}   "
+                   f"ratio {f / c:6.2f}")
+    return out
+
+
+def bench_copy(native: torch.device, min_time: float) -> list[str]:
+    out = ["## copies: bandwidth in GB/s (ratio flagos/native copy of the same bytes)"]
+    for mib in (1, 64):
+        n = (mib << 20) // 4
+        host = torch.randn(n)
+        pinned = host.pin_memory()
+        dev = torch.empty(n, device="flagos")
+        nat_src = host.to(native)
+        nat_dst = torch.empty_like(nat_src)
+        nbytes = n * 4
+        t_native, _ = paired(lambda: nat_dst.copy_(nat_src), lambda: None, native, min_time)
+        for name, fn in (("to(flagos) pageable", lambda: dev.copy_(host)),
+                         ("to(flagos) pinned", lambda: dev.copy_(pinned, non_blocking=True)),
+                         (".cpu() pageable", lambda: host.copy_(dev)),
+                         (".cpu() pinned", lambda: pinned.copy_(dev, non_blocking=True))):
+            t = timeit(fn, torch.device("flagos", 0), min_time)
+            out.append(f"  {mib:>4} MiB {name:22} {nbytes / t / 1e9:7.2f} GB/s   native copy "
+                       f"{nbytes / t_native / 1e9:7.2f} GB/s   ratio {t_native / t:5.2f}")
+    return out
+
+
+SMALL_OPS: dict[str, Callable[[torch.Tensor, torch.Tensor], object]] = {
+    "add": lambda a, b: a + b,
+    "mul_": lambda a, b: a.mul_(1.0),
+    "mm": lambda a, b: a @ b,
+    "relu": lambda a, b: torch.relu(a),
+    "sum": lambda a, b: a.sum(),
+    "softmax": lambda a, b: torch.softmax(a, -1),
+}
+
+
+def bench_ops(native: torch.device, min_time: float) -> list[str]:
+    routes = [r for r in ("boxing", "cpu") if r in flagos.routing.providers()]
+    out = [f"## per-op latency, 16x16 float32 (us per op; ratio route/native) on "
+           f"{flagos.get_device_name(0)} vs {native}"]
+    a_n, b_n = torch.randn(16, 16, device=native), torch.randn(16, 16, device=native)
+    a_f, b_f = a_n.to("flagos"), b_n.to("flagos")
+    for route in routes:
+        with flagos.routing.override({"default": [route]}):
+            for name, fn in SMALL_OPS.items():
+                f, c = paired(lambda fn=fn: fn(a_f, b_f), lambda fn=fn: fn(a_n, b_n), native,
+                              min_time)
+                out.append(f"  {route:8} {name:8} flagos {f * 1e6:8.2f}   native {c * 1e6:8.2f}"
+                           f"   ratio {f / c:5.2f}")
+    return out
+
+
+def bench_model(native: torch.device, min_time: float, quick: bool) -> list[str]:
+    from flagos.models import LlamaConfig, TinyLlama
+
+    big = native.type == "cuda" and not quick
+    cfg = LlamaConfig(dim=2048 if big else 128, n_layers=8 if big else 2,
+                      n_heads=16 if big else 4, hidden_dim=5632 if big else 344,
+                      max_seq_len=2049 if big else 129, vocab_size=32000 if big else 512)
+    batch, seq = (8, 2048) if big else (8, 128)
+    dtype = torch.bfloat16 if native.type == "cuda" else torch.float32
+    torch.manual_seed(0)
+    tokens = torch.randint(0, cfg.vocab_size, (batch, seq + 1))
+    results = {}
+    for dev in (torch.device("flagos", 0), native):
+        model = TinyLlama(cfg).to(device=dev, dtype=dtype)
+        t = tokens.to(dev)
+
+        def step(model=model, t=t) -> None:
+            model.loss(t).backward()
+
+        results[dev.type] = timeit(step, dev, min_time * 2, repeats=3)
+        del model
+    f, c = results["flagos"], results[native.type]
+    tok = batch * seq
+    return [f"## model: TinyLlama {cfg.n_layers}x{cfg.dim} {str(dtype).split('.')[-1]} "
+            f"forward+backward, batch {batch}x{seq}",
+            f"  flagos {tok / f:10.0f} tok/s   native {tok / c:10.0f} tok/s   "
+            f"throughput ratio {c / f:5.3f}"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="shorter timings")
+    p.add_argument("--only", default="alloc,copy,ops,model")
+    args = p.parse_args(argv)
+    native = _native_device()
+    min_time = 0.05 if args.quick else 0.3
+    print(f"# flagos bench: torch {torch.__version__}, flagos:0 = "
+          f"{flagos.get_device_name(0)} (HAL {flagos.get_device_properties(0).hal}), "
+          f"native reference {native}, {torch.get_num_threads()} CPU threads")
+    sections = {"alloc": lambda: bench_alloc(native, min_time),
+                "copy": lambda: bench_copy(native, min_time),
+                "ops": lambda: bench_ops(native, min_time),
+                "model": lambda: bench_model(native, min_time, args.quick)}
+    for name in args.only.split(","):
+        for line in sections[name.strip()]():
+            print(line, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
