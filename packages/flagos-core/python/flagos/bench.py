@@ -14,6 +14,7 @@ throughput ratios, which are flagos / native (higher is better).
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import sys
 import time
@@ -38,9 +39,12 @@ def _sync(dev: torch.device) -> None:
         torch.cuda.synchronize(dev)
 
 
-def timeit(fn: Callable[[], object], dev: torch.device, min_time: float = 0.2,
-           repeats: int = 5) -> float:
-    """Median seconds per call of ``fn`` (synchronizing ``dev``), over ``repeats`` runs."""
+def timeit(fn: Callable[..., object], dev: torch.device, min_time: float = 0.2,
+           repeats: int = 5, args: tuple = (), kwargs: dict | None = None) -> float:
+    """Median seconds per call of ``fn(*args, **kwargs)`` (synchronizing ``dev``), over
+    ``repeats`` runs."""
+    if args or kwargs:
+        fn = functools.partial(fn, *args, **(kwargs or {}))
     fn()
     _sync(dev)
     n = 1
@@ -76,8 +80,8 @@ def bench_alloc(native: torch.device, min_time: float) -> list[str]:
     out = ["## allocator: malloc+free of one tensor (us per pair; ratio flagos/native)"]
     for nbytes in (512, 64 << 10, 4 << 20):
         n = nbytes // 4
-        f, c = paired(lambda: torch.empty(n, device="flagos"),
-                      lambda: torch.empty(n, device=native), native, min_time)
+        f, c = paired(lambda n=n: torch.empty(n, device="flagos"),
+                      lambda n=n: torch.empty(n, device=native), native, min_time)
         out.append(f"  {nbytes:>9} B   flagos {f * 1e6:8.2f}   native {c * 1e6:8.2f}   "
                    f"ratio {f / c:6.2f}")
     return out
@@ -93,12 +97,13 @@ def bench_copy(native: torch.device, min_time: float) -> list[str]:
         nat_src = host.to(native)
         nat_dst = torch.empty_like(nat_src)
         nbytes = n * 4
-        t_native, _ = paired(lambda: nat_dst.copy_(nat_src), lambda: None, native, min_time)
-        for name, fn in (("to(flagos) pageable", lambda: dev.copy_(host)),
-                         ("to(flagos) pinned", lambda: dev.copy_(pinned, non_blocking=True)),
-                         (".cpu() pageable", lambda: host.copy_(dev)),
-                         (".cpu() pinned", lambda: pinned.copy_(dev, non_blocking=True))):
-            t = timeit(fn, torch.device("flagos", 0), min_time)
+        t_native = timeit(nat_dst.copy_, native, min_time, args=(nat_src,))
+        for name, fn, src in (("to(flagos) pageable", dev.copy_, host),
+                              ("to(flagos) pinned", dev.copy_, pinned),
+                              (".cpu() pageable", host.copy_, dev),
+                              (".cpu() pinned", pinned.copy_, dev)):
+            t = timeit(fn, torch.device("flagos", 0), min_time, args=(src,),
+                       kwargs={"non_blocking": "pinned" in name})
             out.append(f"  {mib:>4} MiB {name:22} {nbytes / t / 1e9:7.2f} GB/s   native copy "
                        f"{nbytes / t_native / 1e9:7.2f} GB/s   ratio {t_native / t:5.2f}")
     return out
@@ -116,8 +121,8 @@ SMALL_OPS: dict[str, Callable[[torch.Tensor, torch.Tensor], object]] = {
 
 def bench_ops(native: torch.device, min_time: float) -> list[str]:
     routes = [r for r in ("boxing", "cpu") if r in flagos.routing.providers()]
-    out = [f"## per-op latency, 16x16 float32 (us per op; ratio route/native) on "
-           f"{flagos.get_device_name(0)} vs {native}"]
+    out = [(f"## per-op latency, 16x16 float32 (us per op; ratio route/native) on "
+            f"{flagos.get_device_name(0)} vs {native}")]
     a_n, b_n = torch.randn(16, 16, device=native), torch.randn(16, 16, device=native)
     a_f, b_f = a_n.to("flagos"), b_n.to("flagos")
     for route in routes:
@@ -128,6 +133,10 @@ def bench_ops(native: torch.device, min_time: float) -> list[str]:
                 out.append(f"  {route:8} {name:8} flagos {f * 1e6:8.2f}   native {c * 1e6:8.2f}"
                            f"   ratio {f / c:5.2f}")
     return out
+
+
+def _train_step(model: torch.nn.Module, tokens: torch.Tensor) -> None:
+    model.loss(tokens).backward()
 
 
 def bench_model(native: torch.device, min_time: float, quick: bool) -> list[str]:
@@ -146,17 +155,14 @@ def bench_model(native: torch.device, min_time: float, quick: bool) -> list[str]
         model = TinyLlama(cfg).to(device=dev, dtype=dtype)
         t = tokens.to(dev)
 
-        def step(model=model, t=t) -> None:
-            model.loss(t).backward()
-
-        results[dev.type] = timeit(step, dev, min_time * 2, repeats=3)
+        results[dev.type] = timeit(_train_step, dev, min_time * 2, repeats=3, args=(model, t))
         del model
     f, c = results["flagos"], results[native.type]
     tok = batch * seq
-    return [f"## model: TinyLlama {cfg.n_layers}x{cfg.dim} {str(dtype).split('.')[-1]} "
-            f"forward+backward, batch {batch}x{seq}",
-            f"  flagos {tok / f:10.0f} tok/s   native {tok / c:10.0f} tok/s   "
-            f"throughput ratio {c / f:5.3f}"]
+    return [(f"## model: TinyLlama {cfg.n_layers}x{cfg.dim} {str(dtype).split('.')[-1]} "
+             f"forward+backward, batch {batch}x{seq}"),
+            (f"  flagos {tok / f:10.0f} tok/s   native {tok / c:10.0f} tok/s   "
+             f"throughput ratio {c / f:5.3f}")]
 
 
 def main(argv: list[str] | None = None) -> int:
