@@ -169,7 +169,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--quick", action="store_true", help="shorter timings")
     p.add_argument("--only", default="alloc,copy,ops,model")
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch CPU threads for both sides (0: torch's default). On a loaded "
+                        "machine 1 avoids OpenMP barriers waiting for a time slice")
     args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     native = _native_device()
     min_time = 0.05 if args.quick else 0.3
     print(f"# flagos bench: torch {torch.__version__}, flagos:0 = "
