@@ -1,6 +1,7 @@
 // flagos._C: the Python bindings of the device runtime and the dispatcher.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <torch/csrc/Event.h>
 #include <torch/csrc/Generator.h>
 #include <torch/extension.h>
 
@@ -15,6 +16,7 @@ namespace py = pybind11;
 
 namespace flagos {
 void register_hooks();
+bool in_forked_child();
 }
 
 namespace {
@@ -123,6 +125,20 @@ PYBIND11_MODULE(_C, m) {
     FLAGOS_HAL_CHECK(hal, hal.stream_get_priority_range(&least, &greatest));
     return std::make_pair(least, greatest);
   });
+  // torch.Event.elapsed_time insists on the exact type torch.Event; torch.flagos.Event
+  // subclasses it, so it times through this instead.
+  m.def("_event_elapsed_time", [](py::handle start, py::handle end) {
+    TORCH_CHECK(THPEvent_Check(start.ptr()) && THPEvent_Check(end.ptr()),
+                "flagos: elapsed_time needs two torch.Event objects");
+    auto* a = reinterpret_cast<THPEvent*>(start.ptr());
+    auto* b = reinterpret_cast<THPEvent*>(end.ptr());
+    TORCH_CHECK(a->event.device_type() == c10::DeviceType::PrivateUse1 &&
+                    b->event.device_type() == c10::DeviceType::PrivateUse1,
+                "flagos: elapsed_time needs two flagos events");
+    py::gil_scoped_release nogil;
+    return a->event.elapsedTime(b->event);
+  });
+  m.def("_in_bad_fork", &flagos::in_forked_child);
   m.def("_stream_priority", [](int d, int64_t id) {
     return flagos::stream_priority(flagos::make_stream(d, id));
   });

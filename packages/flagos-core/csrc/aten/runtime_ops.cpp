@@ -19,6 +19,9 @@
 #include "runtime/stream.h"
 
 namespace flagos {
+
+void record_data_ptr_on_stream(const c10::DataPtr& data_ptr, const c10::Stream& stream);
+
 namespace {
 
 constexpr auto kFlagos = c10::DeviceType::PrivateUse1;
@@ -168,6 +171,14 @@ at::Tensor& zero_(at::Tensor& self) {
   return fill_scalar(self, 0);
 }
 
+// Tensor.record_stream: the caching allocator must not reuse the block until the work
+// queued on `stream` so far is done.
+void record_stream(at::Tensor& self, c10::Stream stream) {
+  TORCH_CHECK(stream.device_type() == kFlagos, "flagos: record_stream needs a flagos stream, got ",
+              stream);
+  record_data_ptr_on_stream(self.storage().data_ptr(), stream);
+}
+
 at::Tensor copy_from_op(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   return copy_from(self, dst, non_blocking);
 }
@@ -190,6 +201,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_local_scalar_dense", local_scalar_dense);
   m.impl("fill_.Scalar", fill_scalar);
   m.impl("zero_", zero_);
+  m.impl("record_stream", record_stream);
 }
 
 void resize_storage_bytes(const c10::Storage& storage, size_t new_bytes) {

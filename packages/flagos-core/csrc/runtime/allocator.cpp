@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "runtime/resize.h"
 #include "runtime/stream.h"
 
 namespace flagos {
@@ -141,6 +142,55 @@ class DevicePool {
       return;
     }
     free_block(block);
+  }
+
+  // Pass-through mode: one HAL allocation per request, returned to the HAL on free, still
+  // counted (every byte of a flagos tensor is in the statistics, whatever the mode).
+  void* malloc_passthrough(size_t requested) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    size_t size = round_size(requested);
+    bool small = size <= kSmallSize;
+    const auto& d = hal_device(device_);
+    void* ptr = nullptr;
+    flagos_status_t st = d.lib->table->malloc(d.local_index, size, &ptr);
+    if (st == FLAGOS_ERROR_OUT_OF_MEMORY) {
+      // Nothing is cached in this mode, but queued frees may still be pending on the HAL.
+      stats_.num_alloc_retries++;
+      FLAGOS_HAL_CHECK(*d.lib->table, d.lib->table->device_synchronize(d.local_index));
+      st = d.lib->table->malloc(d.local_index, size, &ptr);
+      if (st == FLAGOS_ERROR_OUT_OF_MEMORY) raise_oom(requested);
+    }
+    if (st != FLAGOS_SUCCESS) throw_hal_error(*d.lib->table, st, "malloc", __FILE__, __LINE__);
+    passthrough_sizes_[ptr] = {size, requested};
+    stats_.num_device_alloc++;
+    for (auto field : {&DeviceStats::segment, &DeviceStats::allocation, &DeviceStats::active})
+      stat_update(stats_, field, small, 1);
+    for (auto field : {&DeviceStats::reserved_bytes, &DeviceStats::allocated_bytes,
+                       &DeviceStats::active_bytes})
+      stat_update(stats_, field, small, int64_t(size));
+    stat_update(stats_, &DeviceStats::requested_bytes, small, int64_t(requested));
+    return ptr;
+  }
+
+  void free_passthrough(void* ptr) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = passthrough_sizes_.find(ptr);
+    TORCH_INTERNAL_ASSERT(it != passthrough_sizes_.end(),
+                          "flagos allocator: freeing an unknown pointer");
+    auto [size, requested] = it->second;
+    passthrough_sizes_.erase(it);
+    bool small = size <= kSmallSize;
+    const auto& d = hal_device(device_);
+    // No stream tracking in this mode: wait for all queued work before the HAL frees.
+    d.lib->table->device_synchronize(d.local_index);
+    d.lib->table->free(d.local_index, ptr);
+    stats_.num_device_free++;
+    for (auto field : {&DeviceStats::segment, &DeviceStats::allocation, &DeviceStats::active})
+      stat_update(stats_, field, small, -1);
+    for (auto field : {&DeviceStats::reserved_bytes, &DeviceStats::allocated_bytes,
+                       &DeviceStats::active_bytes})
+      stat_update(stats_, field, small, -int64_t(size));
+    stat_update(stats_, &DeviceStats::requested_bytes, small, -int64_t(requested));
   }
 
   void record_stream(void* ptr, c10::StreamId stream) {
@@ -341,6 +391,7 @@ class DevicePool {
   std::set<Block*> segments_;  // first block of each segment
   std::unordered_map<void*, Block*> active_;
   std::vector<std::pair<flagos_event_t, Block*>> pending_;
+  std::unordered_map<void*, std::pair<size_t, size_t>> passthrough_sizes_;  // (size, requested)
   DeviceStats stats_;
 };
 
@@ -364,9 +415,7 @@ class FlagosAllocator final : public c10::DeviceAllocator {
     c10::Device dev(c10::DeviceType::PrivateUse1, device);
     if (n == 0) return c10::DataPtr(nullptr, nullptr, &noop_delete, dev);
     if (passthrough_) {
-      const auto& d = hal_device(device);
-      void* ptr = nullptr;
-      FLAGOS_HAL_CHECK(*d.lib->table, d.lib->table->malloc(d.local_index, n, &ptr));
+      void* ptr = pool(device).malloc_passthrough(n);
       return c10::DataPtr(ptr, new Context{device, ptr}, &passthrough_delete, dev);
     }
     Block* block = pool(device).malloc(n, current_stream(device).id());
@@ -423,14 +472,13 @@ class FlagosAllocator final : public c10::DeviceAllocator {
   static void noop_delete(void*) {}
   static void cached_delete(void* ctx_ptr) {
     std::unique_ptr<Context> ctx(static_cast<Context*>(ctx_ptr));
+    if (in_forked_child()) return;  // the parent's device memory: leak it, never touch the HAL
     instance().pool(ctx->device).free(ctx->ptr);
   }
   static void passthrough_delete(void* ctx_ptr) {
     std::unique_ptr<Context> ctx(static_cast<Context*>(ctx_ptr));
-    const auto& d = hal_device(ctx->device);
-    // No stream tracking in this mode: wait for all queued work before the HAL frees.
-    d.lib->table->device_synchronize(d.local_index);
-    d.lib->table->free(d.local_index, ctx->ptr);
+    if (in_forked_child()) return;  // see cached_delete
+    instance().pool(ctx->device).free_passthrough(ctx->ptr);
   }
 
  public:

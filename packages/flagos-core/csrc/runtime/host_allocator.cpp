@@ -5,6 +5,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "runtime/resize.h"
 #include "runtime/stream.h"
 
 namespace flagos {
@@ -118,6 +119,7 @@ class PinnedAllocator final : public c10::Allocator {
 
   static void noop(void*) {}
   static void release(void* ctx) {
+    if (in_forked_child()) return;  // the parent's pinned block: leak it (its lock may be held)
     auto& self = instance();
     auto* b = static_cast<PinnedBlock*>(ctx);
     std::lock_guard<std::mutex> lock(self.mutex_);

@@ -1,22 +1,11 @@
-"""The ``torch.backends`` entry point: ``import torch`` makes ``flagos`` usable.
+"""Kept for installations whose entry point still names ``flagos._autoload:autoload``.
 
-A broken installation must never break ``import torch``: any failure here becomes a
-warning naming the cause (torch itself would turn it into an import error).
+The entry point now lives in the top-level ``_flagos_autoload`` module (see its
+docstring for why); this forwards to it.
 """
 
 from __future__ import annotations
 
-import warnings
+from _flagos_autoload import autoload
 
-
-def autoload() -> None:
-    """Import flagos; on any failure warn instead of raising."""
-    try:
-        import flagos  # noqa: F401
-    except Exception as e:  # noqa: BLE001 - see module docstring
-        warnings.warn(
-            f"flagos: the flagos device could not be loaded and is unavailable: {e!r}. "
-            "Set TORCH_DEVICE_BACKEND_AUTOLOAD=0 to skip loading it.",
-            RuntimeWarning,
-            stacklevel=2,
-        )
+__all__ = ["autoload"]

@@ -53,6 +53,11 @@ def is_initialized() -> bool:
     return _C._hals_initialized()
 
 
+def _is_in_bad_fork() -> bool:
+    """True in a child forked from a process that had initialized flagos."""
+    return _C._in_bad_fork()
+
+
 def _lazy_init() -> None:
     """Kept for torch internals that call ``torch.<backend>._lazy_init``."""
 
@@ -72,7 +77,7 @@ def set_device(dev: DeviceLike) -> None:
     _C._set_device(_index(dev))
 
 
-class device:  # noqa: N801 - mirrors torch.cuda.device
+class device:
     """Context manager that changes the current flagos device."""
 
     def __init__(self, dev: DeviceLike) -> None:
@@ -104,6 +109,7 @@ class DeviceProperties:
     major: int
     minor: int
     hal: str
+    hal_path: str
     hal_device_index: int
     native_device: str
     native_device_index: int
@@ -158,6 +164,10 @@ class Event(torch.Event):
             raise NotImplementedError("flagos: interprocess events are not supported")
         return super().__new__(cls, device="flagos", enable_timing=enable_timing,
                                blocking=blocking)
+
+    def elapsed_time(self, end_event: torch.Event) -> float:
+        """Milliseconds between this event and ``end_event`` (both recorded and completed)."""
+        return _C._event_elapsed_time(self, end_event)
 
 
 def current_stream(dev: DeviceLike = None) -> Stream:

@@ -1,0 +1,86 @@
+"""Shared fixtures for the flagos-core tests (runtime, API, CLI).
+
+Tests run in-process on the HALs this process loaded (sim by default: two devices).
+A few need a process of their own (environment read at load time, fork, a capped
+device, two HALs, autoload); they go through the ``run_python`` fixture, which starts
+``python -c CODE`` with this checkout's flagos first on PYTHONPATH.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+
+import flagos
+
+PYTHON_DIR = Path(flagos.__file__).resolve().parent.parent
+
+
+def _sim_only() -> bool:
+    return all(
+        torch.flagos.get_device_properties(i).hal == "sim"
+        for i in range(torch.flagos.device_count())
+    )
+
+
+@pytest.fixture
+def two_devices() -> None:
+    """Skip unless two flagos devices are present (sim has two by default)."""
+    if torch.flagos.device_count() < 2:
+        pytest.skip("needs two flagos devices")
+
+
+@pytest.fixture
+def sim_only() -> None:
+    """Skip unless every loaded HAL is sim (timing and capacity tests assume it)."""
+    if not _sim_only():
+        pytest.skip("needs the sim HAL")
+
+
+@pytest.fixture
+def device0() -> object:
+    """Run the test with flagos:0 current and restore the previous device afterwards."""
+    prev = torch.flagos.current_device()
+    torch.flagos.set_device(0)
+    yield
+    torch.flagos.set_device(prev)
+
+
+@pytest.fixture
+def run_python() -> Callable[..., subprocess.CompletedProcess]:
+    """Run ``python -c code`` with extra environment; returns the finished process."""
+
+    def run(code: str, env: dict[str, str] | None = None, timeout: float = 120,
+            check: bool = True) -> subprocess.CompletedProcess:
+        full = dict(os.environ)
+        full.pop("FLAGOS_HAL", None)
+        full["PYTHONPATH"] = os.pathsep.join(
+            [str(PYTHON_DIR), *filter(None, [os.environ.get("PYTHONPATH")])])
+        full.update(env or {})
+        proc = subprocess.run([sys.executable, "-c", code], env=full, capture_output=True,
+                              text=True, timeout=timeout)
+        if check and proc.returncode != 0:
+            raise AssertionError(
+                f"subprocess failed ({proc.returncode})\nstdout:\n{proc.stdout}\n"
+                f"stderr:\n{proc.stderr}")
+        return proc
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def sim_copy(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A second copy of the sim HAL library, so that one process can load two HALs."""
+    import flagos_hal
+
+    src = flagos_hal.resolve("sim").path
+    dst = tmp_path_factory.mktemp("hal") / "libflagos_hal_simcopy.so"
+    shutil.copy(src, dst)
+    return str(dst)
