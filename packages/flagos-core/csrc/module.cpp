@@ -139,6 +139,8 @@ PYBIND11_MODULE(_C, m) {
     return a->event.elapsedTime(b->event);
   });
   m.def("_in_bad_fork", &flagos::in_forked_child);
+  m.def("_is_pinned_ptr",
+        [](uintptr_t ptr) { return flagos::is_pinned_ptr(reinterpret_cast<const void*>(ptr)); });
   m.def("_stream_priority", [](int d, int64_t id) {
     return flagos::stream_priority(flagos::make_stream(d, id));
   });

@@ -1,0 +1,106 @@
+"""Default generators per device, seeding, and rng state."""
+
+from __future__ import annotations
+
+import torch
+
+F = torch.flagos
+
+
+def test_torch_manual_seed_reproduces(device0):
+    torch.manual_seed(1234)
+    a = torch.randn(64, device="flagos").cpu()
+    torch.manual_seed(1234)
+    b = torch.randn(64, device="flagos").cpu()
+    assert torch.equal(a, b)
+    torch.manual_seed(4321)
+    c = torch.randn(64, device="flagos").cpu()
+    assert not torch.equal(a, c)
+    assert F.initial_seed() == 4321
+
+
+def test_flagos_manual_seed_and_all(two_devices, device0):
+    F.manual_seed_all(7)
+    a0 = torch.rand(16, device="flagos:0").cpu()
+    a1 = torch.rand(16, device="flagos:1").cpu()
+    F.manual_seed_all(7)
+    assert torch.equal(torch.rand(16, device="flagos:0").cpu(), a0)
+    assert torch.equal(torch.rand(16, device="flagos:1").cpu(), a1)
+    F.manual_seed(9)  # current device only
+    assert F.initial_seed() == 9
+    with F.device(1):
+        assert F.initial_seed() == 7
+
+
+def test_seed_and_seed_all(device0):
+    s = F.seed()
+    assert F.initial_seed() == s
+    F.seed_all()
+    assert len({g.initial_seed() for g in F.default_generators()}) == 1
+
+
+def test_rng_state_round_trip(two_devices, device0):
+    state = F.get_rng_state()
+    assert state.dtype == torch.uint8 and state.device.type == "cpu"
+    x = torch.rand(32, device="flagos").cpu()
+    F.set_rng_state(state)
+    assert torch.equal(torch.rand(32, device="flagos").cpu(), x)
+    states = F.get_rng_state_all()
+    assert len(states) == F.device_count()
+    y = [torch.randn(8, device=f"flagos:{i}").cpu() for i in range(2)]
+    F.set_rng_state_all(states)
+    assert all(torch.equal(torch.randn(8, device=f"flagos:{i}").cpu(), y[i]) for i in range(2))
+    s1 = F.get_rng_state(1)
+    z = torch.rand(4, device="flagos:1").cpu()
+    F.set_rng_state(s1, 1)
+    assert torch.equal(torch.rand(4, device="flagos:1").cpu(), z)
+
+
+def test_fork_rng_restores_state(device0):
+    torch.manual_seed(3)
+    with torch.random.fork_rng(devices=[0], device_type="flagos"):
+        torch.rand(100, device="flagos")
+    a = torch.rand(4, device="flagos").cpu()
+    torch.manual_seed(3)
+    assert torch.equal(torch.rand(4, device="flagos").cpu(), a)
+
+
+def test_explicit_generator(device0):
+    g = torch.Generator(device="flagos")
+    assert g.device == torch.device("flagos", 0)
+    g.manual_seed(11)
+    a = torch.rand(10, device="flagos", generator=g).cpu()
+    b = torch.rand(10, device="flagos", generator=g).cpu()
+    assert not torch.equal(a, b)
+    g.manual_seed(11)
+    assert torch.equal(torch.rand(10, device="flagos", generator=g).cpu(), a)
+    state = g.get_state()
+    c = torch.randn(5, device="flagos", generator=g).cpu()
+    g.set_state(state)
+    assert torch.equal(torch.randn(5, device="flagos", generator=g).cpu(), c)
+    # An explicit generator does not disturb the default one.
+    torch.manual_seed(5)
+    d = torch.rand(3, device="flagos").cpu()
+    torch.manual_seed(5)
+    torch.rand(3, device="flagos", generator=g)
+    assert torch.equal(torch.rand(3, device="flagos").cpu(), d)
+
+
+def test_generator_on_second_device(two_devices):
+    g = torch.Generator(device="flagos:1")
+    assert g.device == torch.device("flagos", 1)
+    g.manual_seed(2)
+    x = torch.rand(4, device="flagos:1", generator=g)
+    assert x.device.index == 1
+
+
+def test_random_ops_use_default_generator(device0):
+    torch.manual_seed(0)
+    a = (torch.randperm(20, device="flagos").cpu(),
+         torch.nn.functional.dropout(torch.ones(50, device="flagos"), 0.5).cpu(),
+         torch.empty(10, device="flagos").uniform_().cpu())
+    torch.manual_seed(0)
+    b = (torch.randperm(20, device="flagos").cpu(),
+         torch.nn.functional.dropout(torch.ones(50, device="flagos"), 0.5).cpu(),
+         torch.empty(10, device="flagos").uniform_().cpu())
+    assert all(torch.equal(x, y) for x, y in zip(a, b))

@@ -1,0 +1,70 @@
+"""Pinned host memory over HAL host malloc."""
+
+from __future__ import annotations
+
+import torch
+
+import flagos
+
+F = torch.flagos
+
+
+def test_pin_memory_and_is_pinned():
+    x = torch.arange(1000.0)
+    assert not x.is_pinned()
+    p = x.pin_memory()
+    assert p.is_pinned() and not x.is_pinned()
+    assert torch.equal(p, x)
+    assert p[10:].is_pinned()  # a pointer inside the block is pinned too
+    assert torch.empty(16, pin_memory=True).is_pinned()
+    assert p.pin_memory().data_ptr() == p.data_ptr()  # already pinned: no copy
+
+
+def test_pinned_block_is_cached_and_released():
+    p = torch.empty(1 << 16, dtype=torch.uint8).pin_memory()
+    ptr = p.data_ptr()
+    del p
+    q = torch.empty(1 << 16, dtype=torch.uint8).pin_memory()
+    assert q.data_ptr() == ptr
+    del q
+    F.empty_cache()
+    assert not flagos._C._is_pinned_ptr(ptr)
+
+
+def test_dataloader_pin_memory():
+    ds = torch.utils.data.TensorDataset(torch.arange(20.0), torch.arange(20))
+    dl = torch.utils.data.DataLoader(ds, batch_size=8, pin_memory=True)
+    batches = list(dl)
+    assert len(batches) == 3
+    for xb, yb in batches:
+        assert xb.is_pinned() and yb.is_pinned()
+        d = xb.to("flagos", non_blocking=True)
+        F.synchronize()
+        assert torch.equal(d.cpu(), xb)
+
+
+def test_non_blocking_round_trip_through_pinned():
+    src = torch.randn(1 << 20).pin_memory()
+    dev = src.to("flagos", non_blocking=True)
+    back = torch.empty_like(src).pin_memory()
+    back.copy_(dev, non_blocking=True)
+    F.current_stream().synchronize()
+    assert torch.equal(back, src)
+
+
+def test_pinned_block_not_reused_while_copy_in_flight():
+    busy_src = torch.empty(256 << 20, dtype=torch.uint8).pin_memory()
+    busy_dst = torch.empty(256 << 20, dtype=torch.uint8, device="flagos")
+    src = torch.full((128 << 20,), 4, dtype=torch.uint8).pin_memory()
+    ptr = src.data_ptr()
+    dst = torch.empty(128 << 20, dtype=torch.uint8, device="flagos")
+    busy_dst.copy_(busy_src, non_blocking=True)  # keeps the stream busy
+    dst.copy_(src, non_blocking=True)
+    del src  # the queued copy still reads it
+    other = torch.empty(128 << 20, dtype=torch.uint8).pin_memory()
+    assert not F.current_stream().query()
+    assert other.data_ptr() != ptr
+    F.synchronize()
+    again = torch.empty(128 << 20, dtype=torch.uint8).pin_memory()
+    assert again.data_ptr() == ptr  # free again once the copy is done
+    assert int(dst[-1]) == 4
