@@ -228,4 +228,14 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&flagos_fallback>());
 }
 
+// Ops whose CompositeExplicitAutograd kernel would win over the fallback but refuses
+// devices other than CPU/CUDA (the *_overrideable hooks are what a PrivateUse1 backend
+// receives for convolution): route them like every other op.
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  for (const char* name : {"mode.values", "convolution_overrideable",
+                           "convolution_backward_overrideable"}) {
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&flagos_fallback>());
+  }
+}
+
 }  // namespace flagos

@@ -36,6 +36,40 @@ c10::IValue cpu_generator_for(const c10::IValue& v, c10::DeviceIndex device) {
   return c10::IValue(impl->cpu_generator());
 }
 
+// flagos tensors are strided; an op whose result has another layout (sparse, mkldnn) or
+// a quantized dtype is refused with a clear error rather than mis-mapped.
+void check_supported_result(const at::Tensor& t, const c10::OperatorHandle& op) {
+  if (t.layout() == at::kStrided && !t.is_quantized()) return;
+  TORCH_CHECK_NOT_IMPLEMENTED(false, "flagos: ", op_full_name(op), " returns a ",
+      t.is_quantized() ? std::string("quantized") : c10::str(t.layout()),
+      " tensor; flagos supports only strided, non-quantized tensors (layout not supported)");
+}
+
+// A PrivateUse1 backend receives some ops in place of the native ones (convolution goes to
+// the *_overrideable hooks); the twin/CPU kernels exist only for the native op. Rewrites the
+// stack for the native op and returns it.
+const c10::OperatorHandle& native_equivalent(const c10::OperatorHandle& op,
+                                             torch::jit::Stack* stack) {
+  const auto& name = op.operator_name();
+  if (name.name == "aten::convolution_overrideable") {
+    static auto conv = c10::Dispatcher::singleton().findSchemaOrThrow("aten::convolution", "");
+    return conv;  // same arguments
+  }
+  if (name.name == "aten::convolution_backward_overrideable") {
+    static auto bw = c10::Dispatcher::singleton().findSchemaOrThrow("aten::convolution_backward", "");
+    // (grad_output, input, weight, stride, padding, dilation, transposed, output_padding,
+    //  groups, output_mask): convolution_backward takes bias_sizes after weight.
+    size_t base = stack->size() - 10;
+    const at::Tensor& weight = (*stack)[base + 2].toTensor();
+    bool transposed = (*stack)[base + 6].toBool();
+    int64_t groups = (*stack)[base + 8].toInt();
+    int64_t channels = transposed ? weight.size(1) * groups : weight.size(0);
+    stack->insert(stack->begin() + base + 3, c10::IValue(std::vector<int64_t>{channels}));
+    return bw;
+  }
+  return op;
+}
+
 class TwinCall {
  public:
   TwinCall(c10::DeviceIndex device, c10::DeviceType twin) : device_(device), twin_(twin) {}
@@ -44,6 +78,9 @@ class TwinCall {
     if (!is_flagos(t)) return t;
     devices_.insert(t.device().index());
     auto a = alias_as(t, c10::Device(twin_, twin_index(t.device().index())));
+    // Lazy conjugate/negative views (ops that handle them, e.g. mm, reach us unresolved).
+    if (t.is_conj()) a._set_conj(true);
+    if (t.is_neg()) a._set_neg(true);
     originals_.push_back(t);
     aliases_.push_back(a);
     return a;
@@ -73,7 +110,9 @@ class TwinCall {
     return v;
   }
 
-  void run(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  void run(const c10::OperatorHandle& requested, torch::jit::Stack* stack) {
+    const c10::OperatorHandle& op = native_equivalent(requested, stack);
+    op_ = &op;
     const auto& arguments = op.schema().arguments();
     size_t n = arguments.size();
     size_t base = stack->size() - n;
@@ -145,12 +184,16 @@ class TwinCall {
 
   at::Tensor from_twin(const at::Tensor& t) {
     if (!t.defined() || t.device().type() != twin_) return t;
+    check_supported_result(t, *op_);
     for (size_t k = 0; k < aliases_.size(); ++k) {
       if (t.is_same(aliases_[k])) return originals_[k];
     }
     for (size_t k = 0; k < aliases_.size(); ++k) {
       if (t.storage().unsafeGetStorageImpl() == aliases_[k].storage().unsafeGetStorageImpl()) {
-        return flagos_view_of(originals_[k], t);
+        auto v = flagos_view_of(originals_[k], t);
+        if (t.is_conj()) v._set_conj(true);
+        if (t.is_neg()) v._set_neg(true);
+        return v;
       }
     }
     // A fresh result: it becomes flagos memory, counted by the flagos allocator.
@@ -177,6 +220,7 @@ class TwinCall {
     return v;
   }
 
+  const c10::OperatorHandle* op_ = nullptr;
   c10::DeviceIndex device_;
   c10::DeviceType twin_;
   std::set<c10::DeviceIndex> devices_;
@@ -193,12 +237,14 @@ void run_twin(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::Devi
   TwinCall(device, *twin).run(op, stack);
 }
 
-void run_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DeviceIndex device) {
+void run_cpu(const c10::OperatorHandle& requested, torch::jit::Stack* stack,
+             c10::DeviceIndex device) {
   if (host_addressable(device)) {
-    TwinCall(device, c10::DeviceType::CPU).run(op, stack);
+    TwinCall(device, c10::DeviceType::CPU).run(requested, stack);
     return;
   }
   // Opaque memory: copy in, run on the CPU, copy back (mutated args and results).
+  const c10::OperatorHandle& op = native_equivalent(requested, stack);
   const auto& arguments = op.schema().arguments();
   size_t n = arguments.size();
   size_t base = stack->size() - n;
