@@ -144,10 +144,18 @@ void copy_cpu_to_flagos(const at::Tensor& src, const at::Tensor& dst, bool non_b
 }  // namespace
 
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
-  TORCH_CHECK(self.sizes().equals(dst.sizes()) || self.numel() == dst.numel(),
+  TORCH_CHECK(at::is_expandable_to(self.sizes(), dst.sizes()) || self.numel() == dst.numel(),
               "flagos copy: size mismatch ", self.sizes(), " vs ", dst.sizes());
   if (dst.numel() == 0) return dst;
   at::Tensor src = self;
+  if ((src.is_conj() || src.is_neg()) && is_flagos(src)) {
+    // Resolve lazy conjugate/negative bits on the host: resolving them on flagos would
+    // copy through here again.
+    bool conj = src.is_conj(), neg = src.is_neg();
+    src = read_to_host(src);
+    if (conj) src._set_conj(true);
+    if (neg) src._set_neg(true);
+  }
   if (src.is_conj() || src.is_neg()) src = src.resolve_conj().resolve_neg();
   bool src_f = is_flagos(src), dst_f = is_flagos(dst);
   TORCH_CHECK(src_f || src.device().is_cpu(), "flagos copy: cannot copy from ", src.device(),
@@ -167,5 +175,18 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 }
 
 at::Tensor read_for_host(const at::Tensor& src) { return read_to_host(src); }
+
+// copy_ hands flagos copies to _copy_from; the Conjugate/Negative fallbacks would resolve a
+// lazy source by cloning it, i.e. by copying through _copy_from again (endless recursion).
+// Let the bits through: copy_from resolves them. (_copy_from is only reached by backends
+// outside ATen's own copy kernels: PrivateUse1 here.)
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
 
 }  // namespace flagos
