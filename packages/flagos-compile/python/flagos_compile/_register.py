@@ -1,0 +1,28 @@
+"""The registrations themselves, all through torch's extension points."""
+
+from __future__ import annotations
+
+import torch
+from torch._dynamo.device_interface import register_interface_for_device
+from torch._inductor.codegen.common import (
+    register_backend_for_device,
+    register_device_op_overrides,
+)
+
+from flagos_compile._codegen import FlagosDeviceOpOverrides, FlagosWrapperCodegen, scheduling_class
+from flagos_compile._device import FlagosInterface
+
+
+def register_all() -> None:
+    """Dynamo device interface, Inductor backend and op overrides, the "flagos" backend."""
+    from flagos_compile import _patches
+
+    _patches.apply()
+    register_interface_for_device("flagos", FlagosInterface)
+    for i in range(torch.flagos.device_count()):
+        register_interface_for_device(f"flagos:{i}", FlagosInterface)
+    register_backend_for_device("flagos", scheduling_class(), FlagosWrapperCodegen)
+    register_device_op_overrides("flagos", FlagosDeviceOpOverrides())
+    from flagos_compile import backend
+
+    backend.register_backend()
