@@ -15,10 +15,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import flagos
 import pytest
 import torch
-
-import flagos
 
 PYTHON_DIR = Path(flagos.__file__).resolve().parent.parent
 
@@ -28,6 +27,19 @@ def _sim_only() -> bool:
         torch.flagos.get_device_properties(i).hal == "sim"
         for i in range(torch.flagos.device_count())
     )
+
+
+@pytest.fixture(autouse=True)
+def _connected_dispatcher(request: pytest.FixtureRequest) -> None:
+    """The runtime tests (this folder, not routing/) need the routing table connected to the
+    real C++ dispatcher; a test elsewhere may have left a fake backend or none."""
+    if request.node.path.parent != Path(__file__).parent:
+        return
+    from flagos._routing_backend import CppBackend, install
+    from flagos.routing import table
+
+    if not isinstance(table._state.backend, CppBackend):
+        install()
 
 
 @pytest.fixture
@@ -65,7 +77,7 @@ def run_python() -> Callable[..., subprocess.CompletedProcess]:
             [str(PYTHON_DIR), *filter(None, [os.environ.get("PYTHONPATH")])])
         full.update(env or {})
         proc = subprocess.run([sys.executable, "-c", code], env=full, capture_output=True,
-                              text=True, timeout=timeout)
+                              text=True, timeout=timeout, check=False)
         if check and proc.returncode != 0:
             raise AssertionError(
                 f"subprocess failed ({proc.returncode})\nstdout:\n{proc.stdout}\n"

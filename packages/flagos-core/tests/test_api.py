@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import threading
 
+import flagos
 import pytest
 import torch
-
-import flagos
 
 F = torch.flagos
 

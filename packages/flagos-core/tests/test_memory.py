@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import gc
 
-import pytest
 import torch
 
 F = torch.flagos
@@ -106,7 +105,7 @@ def test_split_blocks_merge_back(device0):
     assert len(seg) == 1 and seg[0]["total_size"] == 20 * MiB  # 1-10 MiB requests share 20 MiB
     assert b.data_ptr() == a.data_ptr() + 2 * MiB  # split from the same segment
     del a, b
-    seg = [s for s in F.memory_snapshot() if s["address"] == seg[0]["address"]][0]
+    seg = next(s for s in F.memory_snapshot() if s["address"] == seg[0]["address"])
     assert seg["allocated_size"] == 0
     assert [blk["size"] for blk in seg["blocks"]] == [20 * MiB]  # merged into one free block
     c = torch.empty(12 * MiB, dtype=torch.uint8, device="flagos")  # fits only merged

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import torch
-
 import flagos
+import torch
 
 F = torch.flagos
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 
+import pytest
 import torch
 
 F = torch.flagos
@@ -55,6 +56,7 @@ def test_state_dict_map_location_both_ways(two_devices):
     torch.testing.assert_close(model(x.to("flagos")).cpu(), cpu_model(x))
 
 
+@pytest.mark.filterwarnings("ignore:TypedStorage is deprecated")
 def test_storage_round_trip():
     s = torch.arange(6, dtype=torch.int32, device="flagos").untyped_storage()
     t = _round_trip(s)

@@ -6,10 +6,9 @@ from __future__ import annotations
 import threading
 import time
 
+import flagos
 import pytest
 import torch
-
-import flagos
 
 F = torch.flagos
 MiB = 1 << 20

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from typing_extensions import Self
 
 from flagos import _C
 
@@ -136,7 +137,7 @@ def get_amp_supported_dtype() -> list[torch.dtype]:
 class Stream(torch.Stream):
     """A flagos stream (a HAL stream); lower priority numbers run first."""
 
-    def __new__(cls, device: DeviceLike = None, priority: int = 0, **kwargs: Any) -> Stream:
+    def __new__(cls, device: DeviceLike = None, priority: int = 0, **kwargs: Any) -> Self:
         if "stream_id" in kwargs:  # rebuilt from an existing stream
             return super().__new__(cls, **kwargs)
         with globals()["device"](device):
@@ -159,7 +160,7 @@ class Event(torch.Event):
     """A flagos event; ``enable_timing=True`` makes elapsed_time available."""
 
     def __new__(cls, enable_timing: bool = False, blocking: bool = False,
-                interprocess: bool = False) -> Event:
+                interprocess: bool = False) -> Self:
         if interprocess:
             raise NotImplementedError("flagos: interprocess events are not supported")
         return super().__new__(cls, device="flagos", enable_timing=enable_timing,
