@@ -258,7 +258,20 @@ void run_cpu(const c10::OperatorHandle& requested, torch::jit::Stack* stack,
       v = cpu_generator_for(v, device);
     }
   }
-  at::native::cpu_fallback(op, stack);
+  try {
+    at::native::cpu_fallback(op, stack);
+  } catch (const c10::Error& e) {
+    // A sparse/quantized CPU result cannot move to flagos: say so plainly.
+    std::string what = e.what_without_backtrace();
+    if (what.find("Sparseflagos") != std::string::npos ||
+        what.find("Quantizedflagos") != std::string::npos ||
+        what.find("SparseCsrflagos") != std::string::npos) {
+      TORCH_CHECK_NOT_IMPLEMENTED(false, "flagos: ", op_full_name(op),
+          " returns a sparse or quantized tensor; flagos supports only strided, non-quantized "
+          "tensors (layout not supported)");
+    }
+    throw;
+  }
   if (!device_arg) return;
   // A factory op asked for flagos: its CPU results move there.
   const auto& returns = op.schema().returns();

@@ -63,8 +63,15 @@ bool call_python_provider(const PyObjectRef& provider, const c10::OperatorHandle
   } catch (py::error_already_set& e) {
     // Re-raise as a C++ error carrying the Python message (the type is kept by torch's
     // translation only for builtin errors; the text names the provider's failure).
+    // The message is the exception's type and text, without pybind11's traceback dump.
+    std::string what = e.what();
+    try {
+      what = py::str(e.type().attr("__name__")).cast<std::string>() + ": " +
+             py::str(e.value()).cast<std::string>();
+    } catch (...) {
+    }
     throw std::runtime_error(std::string("flagos: Python provider failed on ") +
-                             op_full_name(op) + ": " + e.what());
+                             op_full_name(op) + ": " + what);
   }
   if (result.is(py::handle(Py_NotImplemented))) return false;
   torch::jit::drop(*stack, n);
