@@ -183,4 +183,4 @@ def backend_of(group=None):
 
 register()
 
-from flagos_distributed._C import ProcessGroupFlagOS  # noqa: E402
+from flagos_distributed._C import ProcessGroupFlagOS

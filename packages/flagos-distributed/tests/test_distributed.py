@@ -1,0 +1,158 @@
+"""ProcessGroupFlagOS on the sim HAL: 2 and 4 processes on one CPU machine, Gloo inside.
+
+Each multi-process test starts WORLD subprocesses running ``_dist_worker.py SCENARIO``;
+the worker raises on any mismatch and prints ``RANK r OK`` when done.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import flagos_distributed as fd
+import pytest
+import torch
+import torch.distributed as dist
+
+HERE = Path(__file__).resolve().parent
+WORKER = HERE / "_dist_worker.py"
+PKG_PYTHON = HERE.parent / "python"
+
+
+def _free_port() -> int:
+    # init_modes uses PORT, PORT+1, PORT+2
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port < 65000:
+            return port
+    raise RuntimeError("no free port")
+
+
+def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(PKG_PYTHON), env.get("PYTHONPATH", "")) if p)
+    env.setdefault("FLAGOS_HAL", "sim")
+    env.pop("FLAGOS_DIST_BACKEND", None)
+    env.pop("FLAGOS_DIST_CHECK", None)
+    env.pop("FLAGOS_DIST_STAGED", None)
+    env.update(extra or {})
+    return env
+
+
+def _launch(scenario: str, world: int, killed: tuple[int, ...] = (), timeout: float = 120,
+            env: dict[str, str] | None = None) -> list[str]:
+    port = _free_port()
+    procs = [subprocess.Popen([sys.executable, str(WORKER), scenario, str(r), str(world),
+                               str(port)], env=_env(env), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for r in range(world)]
+    outs = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=timeout)[0])
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for r, (p, out) in enumerate(zip(procs, outs)):
+        if r in killed:
+            assert p.returncode == -signal.SIGKILL, f"rank {r} was meant to die:\n{out}"
+            continue
+        assert p.returncode == 0 and f"RANK {r} OK" in out, \
+            f"{scenario} rank {r} exited with {p.returncode}:\n{out[-6000:]}"
+    return outs
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_every_collective_matches_gloo_on_cpu(world):
+    """all_reduce (every ReduceOp, AVG, PREMUL_SUM), broadcast, reduce, all_gather(+tensor),
+    reduce_scatter(+tensor), all_to_all(+single, uneven), gather, scatter, send/recv,
+    batch_isend_irecv, coalesced variants, async work; zero-copy and staged paths;
+    shape/dtype mismatches are errors."""
+    outs = _launch("collectives", world)
+    assert f"compared {2 * 35} collectives" in outs[0]
+
+
+def test_init_process_group_modes():
+    """init_process_group("flagos"), init_process_group() and "cpu:gloo,flagos:flagos"."""
+    _launch("init_modes", 2)
+
+
+def test_ddp_matches_single_process():
+    """DDP (its C++ Reducer over ProcessGroupFlagOS) == one process on the global batch."""
+    outs = _launch("ddp", 2)
+    assert "DDP matched single-process training" in outs[0]
+
+
+def test_fsdp2_trains():
+    """fully_shard on a small MLP trains, and matches one process on the global batch."""
+    outs = _launch("fsdp", 2)
+    assert "FSDP2 matched single-process training" in outs[0]
+
+
+def test_dead_peer_gives_timeout_error():
+    """A stalled peer and a killed peer: DistBackendError within the 2 s group timeout."""
+    outs = _launch("peer_failure", 2, killed=(1,), env={"FLAGOS_TEST_TIMEOUT": "2"})
+    assert "stalled peer -> DistBackendError" in outs[0]
+    assert "killed peer -> DistBackendError" in outs[0]
+
+
+# ---- in-process: registration and delegate selection -----------------------------------
+
+def test_registered_for_the_flagos_device():
+    assert "flagos" in dist.Backend.backend_list
+    assert "FLAGOS" in dist.Backend._plugins
+    assert dist.Backend.backend_capability["flagos"] == ["flagos"]
+    assert dist.Backend.default_device_backend_map["flagos"] == "flagos"
+    assert issubclass(fd.ProcessGroupFlagOS, torch._C._distributed_c10d.Backend)
+
+
+def test_sim_selects_gloo_zero_copy(monkeypatch):
+    monkeypatch.delenv("FLAGOS_DIST_BACKEND", raising=False)
+    monkeypatch.delenv("FLAGOS_DIST_STAGED", raising=False)
+    d = fd.select_delegate(0)
+    assert (d.name, d.path) == ("gloo", "host")
+    assert "nccl: the HAL's memory is not CUDA memory" in d.reason
+    monkeypatch.setenv("FLAGOS_DIST_STAGED", "1")
+    assert fd.select_delegate(0).path == "staged"
+
+
+@pytest.mark.parametrize("name, message", [
+    ("nccl", "FLAGOS_DIST_BACKEND=nccl was requested, but the HAL's memory is not CUDA"),
+    ("flagcx", "FLAGOS_DIST_BACKEND=flagcx was requested, but FlagCX"),
+    ("hccl", "FLAGOS_DIST_BACKEND=hccl was requested, but HCCL"),
+])
+def test_forcing_a_missing_library_is_an_error(monkeypatch, name, message):
+    monkeypatch.setenv("FLAGOS_DIST_BACKEND", name)
+    with pytest.raises(RuntimeError, match=message):
+        fd.select_delegate(0)
+
+
+def test_forcing_gloo_and_unknown_names(monkeypatch):
+    monkeypatch.setenv("FLAGOS_DIST_BACKEND", "gloo")
+    assert fd.select_delegate(0).reason == "forced by FLAGOS_DIST_BACKEND=gloo"
+    monkeypatch.setenv("FLAGOS_DIST_BACKEND", "mpi")
+    with pytest.raises(ValueError, match="expected auto or one of"):
+        fd.select_delegate(0)
+
+
+def test_entry_points_when_installed():
+    try:
+        dist_meta = importlib.metadata.distribution("flagos-distributed")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("flagos-distributed is not installed (in-tree run): no entry points")
+    eps = {(e.group, e.name): e.value for e in dist_meta.entry_points}
+    assert eps[("torch.backends", "flagos_distributed")] == "flagos_distributed._autoload:autoload"
+    assert eps[("flagos.plugins", "distributed")] == "flagos_distributed:register"
+    # plain `import torch` registers the backend
+    code = ("import torch, torch.distributed as d; "
+            "assert 'FLAGOS' in d.Backend._plugins, d.Backend._plugins")
+    subprocess.run([sys.executable, "-c", code], env=_env(), check=True, timeout=60)
