@@ -486,11 +486,10 @@ def worker(args) -> None:
 def all_op_keys(ops_filter: list[str] | None) -> list[str]:
     from torch.testing._internal.common_methods_invocations import op_db
 
-    keys = [op_key(op) for op in op_db]
-    if ops_filter:
-        want = set(ops_filter)
-        keys = [k for k in keys if k in want or k.split(".")[0] in want]
-    return keys
+    if not ops_filter:
+        return [op_key(op) for op in op_db]
+    want = set(ops_filter)  # an OpInfo name (every variant) or a name.variant key
+    return [op_key(op) for op in op_db if op.name in want or op_key(op) in want]
 
 
 def _spawn(args, keys):
