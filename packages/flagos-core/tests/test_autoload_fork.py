@@ -34,6 +34,26 @@ def test_broken_install_warns_and_import_torch_survives(run_python):
     assert "could not be loaded" in warn and "nonexistent_hal_xyz" in warn
 
 
+def test_core_entry_point_warns_instead_of_raising(run_python):
+    """flagos-core's own torch.backends entry point, called as torch calls it."""
+    code = (
+        "import warnings\n"
+        "from importlib.metadata import entry_points\n"
+        "import torch\n"
+        "ep = [e for e in entry_points(group='torch.backends') if e.name == 'flagos'][0]\n"
+        "print('EP', ep.value)\n"
+        "with warnings.catch_warnings(record=True) as w:\n"
+        "    warnings.simplefilter('always')\n"
+        "    ep.load()()\n"
+        "print('WARN', [str(x.message) for x in w if issubclass(x.category, RuntimeWarning)])\n"
+    )
+    proc = run_python(code, env={"FLAGOS_HAL": "nonexistent_hal_xyz",
+                                 "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+    assert "EP _flagos_autoload:autoload" in proc.stdout
+    warn = next(line for line in proc.stdout.splitlines() if line.startswith("WARN"))
+    assert "could not be loaded" in warn and "nonexistent_hal_xyz" in warn
+
+
 def test_import_flagos_directly_reports_the_problem(run_python):
     proc = run_python("import flagos", env={"FLAGOS_HAL": "nonexistent_hal_xyz",
                                              "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"},
