@@ -97,13 +97,14 @@ def backend(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeBackend]:
     for var in ("FLAGOS_ROUTES", "FLAGOS_ROUTES_FILE", "FLAGOS_LOG_DISPATCH"):
         monkeypatch.delenv(var, raising=False)
     fake = FakeBackend(["sim", "cuda"])
+    previous = table._state.backend
     routing.set_backend(fake)
     routing.reset()
     yield fake
     table._state.added.clear()
     table._state.overrides.clear()
-    routing.set_backend(None)
     monkeypatch.undo()
+    routing.set_backend(previous)  # the real dispatcher again, when flagos is connected
     routing.reset()
 
 

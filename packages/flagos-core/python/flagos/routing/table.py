@@ -106,7 +106,7 @@ _state = _State()
 
 
 def _providers_now() -> dict[str, Provider]:
-    return {**_state.found, **{k: v for k, v in _state.added.items() if k not in _state.found}}
+    return {**_state.found, **_state.added}
 
 
 def _installed_hals() -> frozenset[str]:
@@ -280,8 +280,9 @@ def override(spec: Spec) -> RouteOverride:
 
 
 def register_provider(provider: Provider) -> None:
-    """Install a provider without an entry point (e.g. from a notebook). An entry-point
-    provider of the same name wins. Takes effect on the next op call."""
+    """Install a provider without an entry point (e.g. from a notebook or a test). It
+    replaces an installed provider of the same name (an explicit registration is the
+    user's intent). Takes effect on the next op call."""
     if not isinstance(provider, Provider):
         raise TypeError(f"expected a flagos.routing.Provider, got {type(provider).__name__}")
     _ensure_ready()
