@@ -5,6 +5,7 @@
 #include <torch/csrc/Generator.h>
 #include <torch/extension.h>
 
+#include "aten/alias.h"
 #include "dispatch/dispatcher.h"
 #include "runtime/allocator.h"
 #include "runtime/generator.h"
@@ -73,6 +74,13 @@ PYBIND11_MODULE(_C, m) {
   m.def("_init_hals", &flagos::init_hals, py::arg("paths"));
   m.def("_hals_initialized", &flagos::hals_initialized);
   m.def("_hal_info", &hal_info);
+  // The twin device the engines use for a device ("cpu", "cuda" or "none"): the HAL's
+  // native device unless FLAGOS_NO_HOST_ALIAS makes every HAL count as opaque.
+  m.def("_twin_device", [](int d) -> std::string {
+    auto twin = flagos::twin_device_type(static_cast<c10::DeviceIndex>(d));
+    if (!twin) return "none";
+    return *twin == c10::DeviceType::CPU ? "cpu" : "cuda";
+  });
   m.def("_device_count", [] { return static_cast<int>(flagos::device_count()); });
   m.def("_current_device", [] { return static_cast<int>(flagos::current_device()); });
   m.def("_set_device", [](int d) { flagos::set_current_device(d); });

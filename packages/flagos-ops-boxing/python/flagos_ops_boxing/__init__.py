@@ -26,11 +26,11 @@ _TWIN_KEYS = {"cpu": "CPU", "cuda": "CUDA"}
 @functools.cache
 def _twin_key_of_hal(hal: str) -> str | None:
     import flagos
+    from flagos import _C
 
     for i in range(flagos.device_count()):
-        props = flagos.get_device_properties(i)
-        if props.hal == hal:
-            return _TWIN_KEYS.get(props.native_device)
+        if flagos.get_device_properties(i).hal == hal:
+            return _TWIN_KEYS.get(_C._twin_device(i))
     return None
 
 
