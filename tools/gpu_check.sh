@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Builds flagos against the GPU machine's own torch and runs the CUDA checks, logging under
+# $OUT (the device tool's output folder). Wheels the machine lacks are carried in .whl/.
+# Usage: tools/gpu_check.sh STEP...   steps: build conformance demo bench sweep tests
+#        compile dist
+set -uo pipefail
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+OUT=${OUT:-/tmp/flagos-out}; mkdir -p "$OUT"
+if [[ -d .whl ]]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+  export PYTHONPATH=/tmp/site
+fi
+step() { echo "=== $1 ($(date +%T))"; }
+for s in "$@"; do
+  case $s in
+    build)
+      step build
+      nvidia-smi -L; python3 -c "import torch; print('torch', torch.__version__, 'cuda devices', torch.cuda.device_count())"
+      for p in flagos-hal flagos-core flagos-ops-boxing flagos-distributed flagos-compile; do
+        [[ -f packages/$p/pyproject.toml ]] || continue
+        CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip install --no-build-isolation --no-deps "./packages/$p" \
+          > "$OUT/build-$p.log" 2>&1 && echo "built $p" || { echo "BUILD FAILED $p"; tail -30 "$OUT/build-$p.log"; }
+      done ;;
+    conformance) step conformance; python3 -m flagos_hal.conformance --hal cuda 2>&1 | tee "$OUT/conformance.log" | tail -8 ;;
+    demo) step demo; FLAGOS_HAL=cuda timeout 300 python3 -m flagos.demo 2>&1 | tee "$OUT/demo.log" | tail -30 ;;
+    bench) step bench; FLAGOS_HAL=cuda timeout 400 python3 -m flagos.bench 2>&1 | tee "$OUT/bench.log" ;;
+    sweep) step sweep; FLAGOS_HAL=cuda timeout 420 python3 integration_tests/opinfo_sweep.py --route boxing \
+             --max-samples 3 --jobs 14 --json "$OUT/sweep-cuda.json" > "$OUT/sweep.log" 2>&1; tail -40 "$OUT/sweep.log" ;;
+    tests) step tests; FLAGOS_HAL=cuda FLAGOS_TEST_HW=cuda timeout 540 python3 -m pytest -q -x -p no:cacheprovider \
+             --import-mode=importlib --durations=10 packages/*/tests integration_tests 2>&1 | tee "$OUT/tests.log" | tail -40 ;;
+    compile) step compile; FLAGOS_HAL=cuda timeout 400 python3 packages/flagos-compile/benchmarks/compile_speedup.py --device cuda \
+             2>&1 | tee "$OUT/compile.log" | tail -30 ;;
+    dist) step dist; FLAGOS_HAL=cuda timeout 300 python3 packages/flagos-distributed/benchmarks/allreduce_bw.py \
+             2>&1 | tee "$OUT/dist.log" | tail -30 ;;
+  esac
+done
