@@ -6,6 +6,8 @@
 #include <pybind11/chrono.h>
 #include <pybind11/stl.h>
 
+#include <ATen/ops/from_blob.h>
+
 #include "process_group_flagos.h"
 
 namespace py = pybind11;
@@ -44,6 +46,19 @@ c10::intrusive_ptr<c10d::Backend> backendOf(const py::object& o) {
   return c10::intrusive_ptr<c10d::Backend>::reclaim_copy(b);
 }
 
+// A tensor of `device` over the memory of `t` (same pointer, sizes, strides; keeps `t`
+// alive). Used to hand the same buffer to two backends, e.g. a flagos tensor on the CUDA
+// HAL as a CUDA tensor for ProcessGroupNCCL (benchmarks/allreduce_bw.py).
+at::Tensor viewAs(const at::Tensor& t, const std::string& device) {
+  const c10::Device dev(device);
+  return at::for_blob(t.data_ptr(), t.sizes())
+      .strides(t.strides())
+      .options(at::TensorOptions().dtype(t.scalar_type()).device(dev))
+      .target_device(dev)
+      .context(new at::Tensor(t), [](void* p) { delete static_cast<at::Tensor*>(p); })
+      .make_tensor();
+}
+
 }  // namespace
 
 PYBIND11_DECLARE_HOLDER_TYPE(T, NoGilPtr<T>, true)
@@ -53,6 +68,8 @@ PYBIND11_MODULE(_C, m) {
   using flagos_dist::Path;
   using flagos_dist::ProcessGroupFlagOS;
   m.doc() = "ProcessGroupFlagOS: the c10d backend of the flagos device";
+  m.def("_view_as", &viewAs, py::arg("tensor"), py::arg("device"),
+        "A tensor on `device` over the same memory as `tensor` (no copy; keeps it alive).");
   py::object backend = py::module_::import("torch._C._distributed_c10d").attr("Backend");
 
   py::class_<ProcessGroupFlagOS, NoGilPtr<ProcessGroupFlagOS>>(m, "ProcessGroupFlagOS", backend)

@@ -830,7 +830,11 @@ WorkPtr ProcessGroupFlagOS::barrier(const c10d::BarrierOptions& opts) {
   auto p = plan(OpType::BARRIER, "barrier", opts.timeout);
   checkMetadata(p, fingerprint(OpType::BARRIER, -1, -1, std::nullopt, {}, 0, 0, -1));
   auto o = opts;
-  if (config_.path != Path::kCuda) o.device_ids.clear();
+  if (config_.path != Path::kCuda) {
+    o.device_ids.clear();
+  } else {
+    for (auto& id : o.device_ids) id = config_.native_index.at(id);  // flagos -> CUDA ordinal
+  }
   return launch(std::move(p), [&] { return std::vector<WorkPtr>{inner_->barrier(o)}; });
 }
 

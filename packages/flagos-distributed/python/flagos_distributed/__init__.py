@@ -142,6 +142,9 @@ def _create(dist_opts, backend_options=None):
         inner = dist.ProcessGroupGloo(PrefixStore("flagos/gloo/", store), rank, size, timeout)
         checker = inner
     else:  # nccl: built at run time, so this package needs no CUDA to build
+        # ProcessGroupNCCL guesses its device from the current CUDA device (barrier,
+        # communicator setup): make it the CUDA device under the current flagos device.
+        torch.cuda.set_device(native_index[torch.flagos.current_device()])
         opts = dist.ProcessGroupNCCL.Options()
         opts._timeout = timeout
         inner = dist.ProcessGroupNCCL(PrefixStore("flagos/nccl/", store), rank, size, opts)
