@@ -84,9 +84,12 @@ class _FlagosWrapperMixin:
     on the graph's own flagos device, a clear word when CUDA graphs were asked for."""
 
     def write_header(self) -> None:
-        if config.triton.cudagraphs:
-            warn_no_cudagraphs()
         super().write_header()  # type: ignore[misc]
+        if config.triton.cudagraphs:
+            # Said when the module loads, so that an FX-graph-cache hit says it too.
+            self.imports.writeline(  # type: ignore[attr-defined]
+                "from flagos_compile._codegen import warn_no_cudagraphs")
+            self.imports.writeline("warn_no_cudagraphs()")  # type: ignore[attr-defined]
 
     def make_allocation(self, name: str, device: Any, dtype: Any, shape: Any, stride: Any,
                         allocation_shape: Any = None, is_pinned: bool = False) -> str:

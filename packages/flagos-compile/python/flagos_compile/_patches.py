@@ -96,7 +96,38 @@ def _patch_get_current_backend() -> None:
     applied.extend(_rebind("torch._inductor", original, get_current_backend))
 
 
+def _patch_decide_layout_opt() -> None:
+    # WHY: for convolutions Inductor's layout optimization turns activations channels_last
+    # (GraphLowering.decide_layout_opt: always for mkldnn CPUs, by heuristics for GPUs).
+    # Fake tensors on flagos predict the output layout of aten::convolution from the conv
+    # backend torch selects for a PrivateUse1 device ("Overrideable": contiguous output),
+    # but the flagos dispatcher runs it on the twin's kernel (mkldnn/cudnn), which keeps
+    # channels_last, so the compiled graph fails its stride assertion (or would index the
+    # result wrongly). Until flagos' convolution returns the layout the fake kernel
+    # predicts, graphs whose convolutions run on flagos keep the layout they were given.
+    # No config is per device (config.layout_optimization is process-wide).
+    from torch._inductor.graph import GraphLowering
+
+    original = GraphLowering.decide_layout_opt
+    if getattr(original, "_flagos_patch", False):
+        return
+
+    def decide_layout_opt(gm: Any, *, is_inference: bool) -> bool:
+        for n in gm.graph.nodes:
+            if n.target is torch.ops.aten.convolution.default:
+                val = n.args[0].meta.get("val") if hasattr(n.args[0], "meta") else None
+                if isinstance(val, torch.Tensor) and val.device.type == "flagos":
+                    return False
+        return original(gm, is_inference=is_inference)
+
+    decide_layout_opt._flagos_patch = True  # type: ignore[attr-defined]
+    decide_layout_opt.__wrapped__ = original  # type: ignore[attr-defined]
+    GraphLowering.decide_layout_opt = staticmethod(decide_layout_opt)  # type: ignore[method-assign]
+    applied.append("torch._inductor.graph.GraphLowering.decide_layout_opt")
+
+
 def apply() -> None:
     """Apply the patches this torch release needs."""
     _patch_scheduler_node_is_cpu()
+    _patch_decide_layout_opt()
     _patch_get_current_backend()

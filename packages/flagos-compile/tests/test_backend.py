@@ -1,0 +1,92 @@
+"""backend="flagos": Inductor that leaves kernel-routed ops to the routing table; and
+autocast inside a compiled region."""
+
+from __future__ import annotations
+
+import flagos
+import pytest
+import torch
+from conftest import assert_close
+from flagos_compile.models import MLP
+from torch._inductor.utils import run_and_get_code
+
+
+class CountingTanh(flagos.routing.Provider):
+    """A Python provider that counts the tanh calls it sees, then declines them (the
+    chain goes on to boxing), so results stay exact."""
+
+    name = "test_compile_tanh"
+    calls = 0
+
+    def serves(self, op: str) -> bool:
+        return op.startswith("aten::tanh")
+
+    def __call__(self, op, args, kwargs):
+        CountingTanh.calls += 1
+        return NotImplemented
+
+
+@pytest.fixture(scope="module")
+def counting_tanh():
+    flagos.routing.register_provider(CountingTanh())
+    return CountingTanh
+
+
+def f(x: torch.Tensor) -> torch.Tensor:
+    return torch.tanh(x * 2) + 1
+
+
+def test_backend_flagos_trains_mlp() -> None:
+    torch.manual_seed(0)
+    m = MLP()
+    x = torch.randn(8, 32)
+    ref = m(x)
+    ref.sum().backward()
+    mf = MLP().to("flagos")
+    mf.load_state_dict(m.state_dict())
+    out = torch.compile(mf, backend="flagos")(x.to("flagos"))
+    out.sum().backward()
+    assert out.device.type == "flagos"
+    assert_close(out, ref, rtol=1e-4, atol=1e-5)
+    for p, r in zip(mf.parameters(), m.parameters(), strict=True):
+        assert_close(p.grad, r.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_backend_flagos_leaves_kernel_routed_ops_to_the_table(counting_tanh) -> None:
+    x = torch.randn(16, device="flagos")
+    with flagos.routing.override({"aten::tanh": ["test_compile_tanh", "boxing", "cpu"]}):
+        counting_tanh.calls = 0
+        out, (code, *_) = run_and_get_code(torch.compile(f, backend="flagos"), x)
+        assert "torch.ops.flagos_routed.tanh.default" in code
+        assert counting_tanh.calls == 1  # the compiled code asked the routing table
+        assert_close(out, f(x.cpu()))
+
+        torch._dynamo.reset()
+        counting_tanh.calls = 0
+        out, (code, *_) = run_and_get_code(torch.compile(f), x)  # default backend
+        assert "flagos_routed" not in code and counting_tanh.calls == 0  # fused into C++
+        assert_close(out, f(x.cpu()))
+
+
+def test_backend_flagos_compiles_twin_routed_ops(counting_tanh) -> None:
+    # With the shipped routes (boxing on sim) there is nothing to leave out: tanh is fused.
+    x = torch.randn(16, device="flagos")
+    out, (code, *_) = run_and_get_code(torch.compile(f, backend="flagos"), x)
+    assert "flagos_routed" not in code and 'extern "C"' in code
+    assert_close(out, f(x.cpu()))
+
+
+def test_autocast_inside_compiled_region() -> None:
+    def g(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        with torch.autocast("flagos", dtype=torch.bfloat16):
+            y = torch.mm(a, b)
+        return y.relu(), y.float().softmax(-1)
+
+    a = torch.randn(8, 16, device="flagos")
+    b = torch.randn(16, 8, device="flagos")
+    e_y, e_s = g(a, b)
+    c_y, c_s = torch.compile(g)(a, b)
+    assert c_y.dtype == e_y.dtype == torch.bfloat16
+    assert c_y.device.type == "flagos"
+    assert_close(c_y, e_y, rtol=1e-2, atol=1e-2)
+    assert_close(c_s, e_s, rtol=1e-2, atol=1e-2)
