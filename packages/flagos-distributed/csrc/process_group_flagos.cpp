@@ -16,6 +16,9 @@ namespace flagos_dist {
 using c10d::OpType;
 using c10d::Work;
 using WorkPtr = c10::intrusive_ptr<Work>;
+// The PREMUL_SUM payload type: named NCCLPreMulSumSupplement up to torch 2.12 and an alias
+// of PreMulSumSupplement after, so the old name compiles on every supported release.
+using PreMulSumSupplement = c10d::NCCLPreMulSumSupplement;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
@@ -510,9 +513,13 @@ c10d::ReduceOp ProcessGroupFlagOS::reduceOpFor(const c10d::ReduceOp& op,
                                                bool divide_here) {
   if (config_.path == Path::kCuda) {
     if (op.op_ == c10d::ReduceOp::PREMUL_SUM && op.supplement_) {
-      auto* s = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
+      auto* s = dynamic_cast<PreMulSumSupplement*>(op.supplement_.get());
       if (s && s->tensor_factor.defined() && s->tensor_factor.device().type() == kFlagos) {
-        return c10d::makePreMulSum(native(s->tensor_factor, p, true, false));
+        c10d::ReduceOp rop;
+        rop.op_ = c10d::ReduceOp::PREMUL_SUM;
+        rop.supplement_ = c10::make_intrusive<PreMulSumSupplement>(
+            native(s->tensor_factor, p, true, false));
+        return rop;
       }
     }
     return op;  // NCCL has AVG and PREMUL_SUM
@@ -523,7 +530,7 @@ c10d::ReduceOp ProcessGroupFlagOS::reduceOpFor(const c10d::ReduceOp& op,
     return c10d::ReduceOp(c10d::ReduceOp::SUM);
   }
   if (op.op_ == c10d::ReduceOp::PREMUL_SUM) {
-    auto* s = op.supplement_ ? dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get())
+    auto* s = op.supplement_ ? dynamic_cast<PreMulSumSupplement*>(op.supplement_.get())
                              : nullptr;
     TORCH_CHECK(s, "ProcessGroupFlagOS: PREMUL_SUM without a factor");
     at::Tensor factor = s->tensor_factor.defined()

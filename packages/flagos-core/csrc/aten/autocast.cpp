@@ -2,15 +2,30 @@
 // ATen/autocast_mode.h for every backend) registered for AutocastPrivateUse1. Ops that
 // are not listed fall through and run in the dtype they were given.
 #include <ATen/Operators.h>
+#include <torch/version.h>
 #include <ATen/autocast_mode.h>
 #include <torch/library.h>
 
 namespace {
 
+// The op lists name their argument types unqualified, and which types appear differs
+// between torch releases (2.11's lists use DimnameList, for one).
+using at::Device;
+#if TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR < 13
+// Named tensors (and DimnameList in the autocast lists) exist up to torch 2.12.
+using at::Dimname;
+using at::DimnameList;
+#endif
+using at::Generator;
+using at::ITensorListRef;
+using at::Layout;
+using at::MemoryFormat;
 using at::Scalar;
 using at::ScalarType;
 using at::Tensor;
+using at::TensorList;
 using c10::IntArrayRef;
+using c10::SymIntArrayRef;
 
 TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFallthrough());
