@@ -5,6 +5,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/version.h>
 
 #include <algorithm>
 #include <condition_variable>
@@ -19,6 +20,13 @@ using WorkPtr = c10::intrusive_ptr<Work>;
 // The PREMUL_SUM payload type: named NCCLPreMulSumSupplement up to torch 2.12 and an alias
 // of PreMulSumSupplement after, so the old name compiles on every supported release.
 using PreMulSumSupplement = c10d::NCCLPreMulSumSupplement;
+// OpType::REDUCE_SCATTER_TENSOR_COALESCED appeared after torch 2.11 (checked: 2.11 lacks it,
+// 2.13 has it); older releases file the op under COALESCED.
+#if TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR < 13
+constexpr OpType kReduceScatterTensorCoalesced = OpType::COALESCED;
+#else
+constexpr OpType kReduceScatterTensorCoalesced = OpType::REDUCE_SCATTER_TENSOR_COALESCED;
+#endif
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
@@ -763,9 +771,9 @@ WorkPtr ProcessGroupFlagOS::_reduce_scatter_base(at::Tensor& output, at::Tensor&
 WorkPtr ProcessGroupFlagOS::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::ReduceScatterOptions& opts) {
-  auto p = plan(OpType::REDUCE_SCATTER_TENSOR_COALESCED, "reduce_scatter_tensor_coalesced",
+  auto p = plan(kReduceScatterTensorCoalesced, "reduce_scatter_tensor_coalesced",
                 opts.timeout);
-  checkMetadata(p, fingerprintOf(OpType::REDUCE_SCATTER_TENSOR_COALESCED, inputs,
+  checkMetadata(p, fingerprintOf(kReduceScatterTensorCoalesced, inputs,
                                  opts.reduceOp.op_));
   auto in = natives(inputs, p, true, false);
   auto out = natives(outputs, p, false, true);
