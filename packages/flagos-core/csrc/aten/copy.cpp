@@ -5,6 +5,7 @@
 // CPU copy kernel do layout and dtype in one pass. Opaque HALs stage through the
 // host: dense spans move with one HAL memcpy, layout and dtype are done on the CPU.
 #include <ATen/ATen.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/library.h>
 
 #include "aten/alias.h"
@@ -141,6 +142,28 @@ void copy_cpu_to_flagos(const at::Tensor& src, const at::Tensor& dst, bool non_b
   write_from_host(dst, src, non_blocking);
 }
 
+// True when `other` lives on the native twin device of flagos tensor `f` (cuda:N for a
+// CUDA-addressable HAL): the two can copy directly, as tensors of one device.
+bool is_twin_of(const at::Tensor& f, const at::Tensor& other) {
+  if (other.device().is_cpu()) return false;
+  auto twin = twin_device_type(f.device().index());
+  return twin && *twin == other.device().type();
+}
+
+// Copies between flagos and its twin device with the twin's own copy kernel: the flagos
+// side is aliased. Both sides are ordered by synchronizing: flagos work queued so far
+// finishes first, and the twin's copy finishes before flagos work that follows.
+void copy_with_twin(const at::Tensor& src, const at::Tensor& dst, bool src_is_flagos) {
+  const at::Tensor& f = src_is_flagos ? src : dst;
+  const at::Tensor& t = src_is_flagos ? dst : src;
+  sync_for_host_access(f.device().index());
+  auto alias = alias_as(f, t.device());
+  if (src_is_flagos) dst.copy_(alias);
+  else alias.copy_(src);
+  auto* guard = c10::impl::getDeviceGuardImpl(t.device().type());
+  guard->synchronizeStream(guard->getStream(t.device()));
+}
+
 }  // namespace
 
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
@@ -158,6 +181,10 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   }
   if (src.is_conj() || src.is_neg()) src = src.resolve_conj().resolve_neg();
   bool src_f = is_flagos(src), dst_f = is_flagos(dst);
+  if (src_f != dst_f && is_twin_of(src_f ? src : dst, src_f ? dst : src)) {
+    copy_with_twin(src, dst, src_f);
+    return dst;
+  }
   TORCH_CHECK(src_f || src.device().is_cpu(), "flagos copy: cannot copy from ", src.device(),
               " to ", dst.device(), "; move the tensor to the CPU first");
   TORCH_CHECK(dst_f || dst.device().is_cpu(), "flagos copy: cannot copy from ", src.device(),
