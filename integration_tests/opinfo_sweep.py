@@ -146,6 +146,23 @@ def _names_cpu(x) -> bool:
     return False
 
 
+def _mentions_flagos(x) -> bool:
+    """Whether arguments hold a flagos tensor or name the flagos device."""
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return x.device.type == "flagos"
+    if isinstance(x, str):
+        return x.startswith("flagos")
+    if isinstance(x, torch.device):
+        return x.type == "flagos"
+    if isinstance(x, (list, tuple)):
+        return any(_mentions_flagos(e) for e in x)
+    if isinstance(x, dict):
+        return any(_mentions_flagos(e) for e in x.values())
+    return False
+
+
 def _to_cpu_checked(x, ref, check_device=True):
     """flagos results to CPU; a tensor that should be on flagos but is not is an error."""
     import torch
@@ -280,13 +297,13 @@ def _run_sample(op, sample, fl_sample, dtype, res: Result, seed: int) -> None:
         try:
             if op.name in UNINITIALIZED:
                 raise _Mismatch("uninitialized memory")
-            _compare(fl_out, cpu_out, dname, check_device=not _names_cpu(fl))
+            _compare(fl_out, cpu_out, dname, check_device=_mentions_flagos(fl) and not _names_cpu(fl))
         except AssertionError:
             if op.name not in UNINITIALIZED and not _uses_rng(op, cpu, seed, cpu_out):
                 raise
             shape_only = True
             res.shape_only += 1
-            _compare(fl_out, cpu_out, dname, shape_only=True, check_device=not _names_cpu(fl))
+            _compare(fl_out, cpu_out, dname, shape_only=True, check_device=_mentions_flagos(fl) and not _names_cpu(fl))
     except Exception as e:  # noqa: BLE001
         res.fail("forward", e)
         return
@@ -607,6 +624,14 @@ def print_table(summary: dict, results: list[dict], seconds: float) -> None:
           f" {s['pass_rate']:>7.2f}% {s['random_shape_only']:>19}")
     print(f"(skipped: no sample runs on CPU for the dtype; {seconds:.0f}s; op calls served: "
           + ", ".join(f"{k}={v}" for k, v in sorted(s["calls_by_provider"].items())) + ")")
+    if s["route"] != "cpu":
+        fell = [r["op"] for r in results
+                if r.get("providers", {}).get("cpu") and r["status"] != "skip"]
+        if not s["calls_by_provider"].get(s["route"]):
+            print(f"WARNING: provider {s['route']!r} served no call: every op fell to cpu")
+        elif fell:
+            print(f"OpInfos with calls that {s['route']!r} left to cpu ({len(fell)}): "
+                  + ", ".join(fell[:20]) + (" ..." if len(fell) > 20 else ""))
     fails = [r for r in results if r["status"] == "fail"]
     if fails:
         print(f"\nfailures ({len(fails)}):")

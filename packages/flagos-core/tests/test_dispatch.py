@@ -383,3 +383,30 @@ def test_op_shapes(route):
         # sparse: refused with a clear error
         with pytest.raises(NotImplementedError, match="layout not supported|strided"):
             x.to_sparse()
+
+
+def test_copying_path_writes_back_mutated_arguments():
+    """FLAGOS_NO_HOST_ALIAS=1: the cpu provider copies (as on opaque vendor memory); in-place,
+    out= and BatchNorm's undeclared running-stat updates must still land on flagos."""
+    code = textwrap.dedent("""
+        import torch, flagos
+        from flagos import _C
+        torch.manual_seed(0)
+        bn_c = torch.nn.BatchNorm1d(3)
+        bn_f = torch.nn.BatchNorm1d(3).to("flagos")
+        x = torch.randn(8, 3)
+        bn_c(x); bn_f(x.to("flagos"))
+        torch.testing.assert_close(bn_f.running_mean.cpu(), bn_c.running_mean)
+        torch.testing.assert_close(bn_f.running_var.cpu(), bn_c.running_var)
+        a = torch.randn(4, device="flagos"); ac = a.cpu()
+        a.mul_(3); out = torch.empty(0, device="flagos"); torch.sin(a, out=out)
+        torch.testing.assert_close(out.cpu(), torch.sin(ac * 3))
+        print("ok", flagos.routing.resolve("aten::sin.out", 0))
+    """)
+    env = dict(os.environ, FLAGOS_NO_HOST_ALIAS="1")
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(Path(flagos.__file__).resolve().parent.parent), env.get("PYTHONPATH", "")])
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       check=False, timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "ok ['cpu']" in p.stdout

@@ -229,11 +229,13 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
 }
 
 // Ops whose CompositeExplicitAutograd kernel would win over the fallback but refuses
-// devices other than CPU/CUDA (the *_overrideable hooks are what a PrivateUse1 backend
-// receives for convolution): route them like every other op.
+// devices other than CPU/CUDA (mode.values; the *_overrideable hooks are what a PrivateUse1
+// backend receives for convolution), or decomposes where every provider has a fused kernel
+// (native_layer_norm: the math version goes through batch_norm, with other rounding):
+// route them like every other op.
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   for (const char* name : {"mode.values", "convolution_overrideable",
-                           "convolution_backward_overrideable"}) {
+                           "convolution_backward_overrideable", "native_layer_norm"}) {
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&flagos_fallback>());
   }
 }

@@ -249,8 +249,24 @@ void run_cpu(const c10::OperatorHandle& requested, torch::jit::Stack* stack,
   size_t n = arguments.size();
   size_t base = stack->size() - n;
   bool device_arg = false;
+  // at::native::cpu_fallback writes back only the arguments a schema marks mutable and
+  // not optional; native_batch_norm updates running_mean/var (arguments 3, 4) without saying
+  // so. Hand it CPU copies of those and write them back here.
+  std::vector<std::pair<at::Tensor, at::Tensor>> written_back;
+  bool batch_norm = op.operator_name().name == "aten::native_batch_norm";
   for (size_t i = 0; i < n; ++i) {
     auto& v = (*stack)[base + i];
+    const auto& alias = arguments[i].alias_info();
+    bool optional_mutable = alias && alias->isWrite() &&
+                            arguments[i].type()->kind() == c10::TypeKind::OptionalType;
+    bool undeclared = batch_norm && (i == 3 || i == 4);
+    if (v.isTensor() && (optional_mutable || undeclared) && is_flagos(v.toTensor())) {
+      at::Tensor orig = v.toTensor();
+      at::Tensor host = orig.cpu();
+      written_back.emplace_back(orig, host);
+      v = host;
+      continue;
+    }
     if (v.isDevice() && v.toDevice().type() == kFlagos) {
       v = c10::Device(c10::kCPU);
       device_arg = true;
@@ -271,6 +287,10 @@ void run_cpu(const c10::OperatorHandle& requested, torch::jit::Stack* stack,
           "tensors (layout not supported)");
     }
     throw;
+  }
+  for (auto& [orig, host] : written_back) {
+    if (!orig.sizes().equals(host.sizes())) orig.resize_(host.sizes());
+    orig.copy_(host);
   }
   if (!device_arg) return;
   // A factory op asked for flagos: its CPU results move there.
