@@ -1,8 +1,9 @@
 """A fast subset of the OpInfo sweep (integration_tests/opinfo_sweep.py): 116
-representative OpInfo names, 143 entries with their variants (elementwise, reductions, linear algebra, indexing, views, tensor
-lists, several outputs, nn layers, random ops, factories, complex results, sparse refusal),
-two samples each, forward, backward, out= and in-place, on every route: the CPU fallback
-and the zero-copy twin engine (through the boxing provider when it is installed).
+representative OpInfo names, 143 entries with their variants (elementwise, reductions,
+linear algebra, indexing, views, tensor lists, several outputs, nn layers, random ops,
+factories, complex results, sparse refusal), two samples each, forward, backward, out= and
+in-place, on every route: the CPU fallback and the zero-copy twin engine (through the
+boxing provider when it is installed).
 
 Each OpInfo must pass or be skipped by the sweep's own rules (no sample runs on the CPU for
 float32, or a sparse result refused with a clear error). No xfails."""
