@@ -3,8 +3,8 @@
 Importing this package registers the c10d backend ``"flagos"`` for the device
 ``"flagos"``, so ``init_process_group("flagos")``, ``init_process_group()`` (flagos is
 the accelerator) and ``init_process_group("cpu:gloo,flagos:flagos")`` work. When the
-package is installed, plain ``import torch`` registers it too (``torch.backends`` entry
-point); the ``flagos.plugins`` entry point offers the same ``register`` to flagos-core.
+package is installed, plain ``import torch`` registers it too: flagos-core's autoload
+imports flagos, which calls this package's ``flagos.plugins`` entry point (``register``).
 
 ProcessGroupFlagOS is a C++ ``c10d::Backend``; it hands every collective to the best
 communication library present (see :func:`select_delegate`): FlagCX, HCCL, NCCL on
