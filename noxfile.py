@@ -69,14 +69,12 @@ def tests(session: nox.Session, hw: str) -> None:
     session.run("python", "-m", "flagos_hal.conformance", "--hal", hw, env=env)
     if hw == "sim":
         session.run("python", "-m", "flagos_hal.conformance", "--hal", "sim", "--asan", env=env)
-    session.run(
-        "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=15",
-        "--import-mode=importlib",
-        *[p + "/tests" for p in PACKAGES if (ROOT / p / "tests").exists()],
-        "integration_tests",
-        *session.posargs,
-        env=env,
-    )
+    # One pytest run per test folder: each folder's helpers (conftest, test utilities)
+    # are imported by plain name, which only works with that folder first on sys.path.
+    for folder in [p + "/tests" for p in PACKAGES] + ["integration_tests"]:
+        if (ROOT / folder).is_dir():
+            session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        "--durations=5", folder, *session.posargs, env=env)
 
 
 @nox.session

@@ -3,6 +3,8 @@
 #include <ATen/ops/empty.h>
 #include <c10/core/TensorImpl.h>
 
+#include <array>
+#include <atomic>
 #include <cstdlib>
 
 #include "runtime/stream.h"
@@ -27,16 +29,58 @@ struct AliasContext {
 void release_alias(void* ctx) { delete static_cast<AliasContext*>(ctx); }
 }  // namespace
 
+namespace {
+// What a device's HAL says about its twin never changes: asked once per device, since the
+// engines ask on every op. kind: 0 none, 1 CPU, 2 CUDA; -1 not asked yet.
+struct TwinInfo {
+  std::atomic<int> kind{-1};
+  std::atomic<int> index{-1};
+};
+
+TwinInfo& twin_info(c10::DeviceIndex device) {
+  static std::array<TwinInfo, 64> infos;
+  hal_device(device);  // range check
+  TwinInfo& info = infos[device];
+  if (info.kind.load(std::memory_order_acquire) < 0) {
+    int kind = 0, index = -1;
+    switch (native_device_of(device)) {
+      case FLAGOS_NATIVE_CPU:
+        kind = 1;
+        break;
+      case FLAGOS_NATIVE_CUDA: {
+        kind = 2;
+        flagos_device_properties_t props{};
+        props.struct_size = sizeof(props);
+        const auto& d = hal_device(device);
+        FLAGOS_HAL_CHECK(*d.lib->table,
+                         d.lib->table->get_device_properties(d.local_index, &props));
+        index = props.native_device_index;
+        break;
+      }
+      default:
+        break;
+    }
+    info.index.store(index, std::memory_order_relaxed);
+    info.kind.store(kind, std::memory_order_release);
+  }
+  return info;
+}
+}  // namespace
+
 std::optional<c10::DeviceType> twin_device_type(c10::DeviceIndex device) {
   if (aliasing_disabled()) return std::nullopt;
-  switch (native_device_of(device)) {
-    case FLAGOS_NATIVE_CPU:
+  switch (twin_info(device).kind.load(std::memory_order_acquire)) {
+    case 1:
       return c10::DeviceType::CPU;
-    case FLAGOS_NATIVE_CUDA:
+    case 2:
       return c10::DeviceType::CUDA;
     default:
       return std::nullopt;
   }
+}
+
+c10::DeviceIndex twin_device_index(c10::DeviceIndex device) {
+  return static_cast<c10::DeviceIndex>(twin_info(device).index.load(std::memory_order_acquire));
 }
 
 bool host_addressable(c10::DeviceIndex device) {

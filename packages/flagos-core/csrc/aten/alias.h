@@ -9,6 +9,8 @@ namespace flagos {
 
 // The twin device type of a flagos device, or nullopt when its memory is opaque.
 std::optional<c10::DeviceType> twin_device_type(c10::DeviceIndex device);
+// The index of the twin device (cuda:N) of a flagos device, or -1 (CPU twin or none).
+c10::DeviceIndex twin_device_index(c10::DeviceIndex device);
 // True when the memory of this flagos device can be read by the CPU in place.
 bool host_addressable(c10::DeviceIndex device);
 // `t` (on flagos) viewed as a tensor of `twin`, same sizes, strides, offset and bytes.

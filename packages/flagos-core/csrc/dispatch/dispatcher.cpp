@@ -33,11 +33,16 @@ struct Route {
   std::vector<Counters*> counters;
 };
 
+// Per operator. Routes are published through atomic raw pointers (one load on the hot
+// path, no lock); replaced routes are kept in `retired` until the process ends, since a
+// concurrent call may still be walking one (re-resolution happens only when the table
+// changes, so they are few).
 struct OpState {
   std::string name;
   std::mutex mutex;  // guards counters creation and re-resolution
   std::unordered_map<std::string, std::unique_ptr<Counters>> counters;
-  std::array<std::shared_ptr<const Route>, 64> routes;
+  std::array<std::atomic<const Route*>, 64> routes{};
+  std::vector<std::unique_ptr<const Route>> retired;
 };
 
 std::atomic<uint64_t> g_version{1};
@@ -48,8 +53,7 @@ PyObjectRef g_resolver;
 std::shared_mutex g_ops_mutex;
 std::unordered_map<const c10::OperatorName*, std::unique_ptr<OpState>> g_ops;
 
-OpState& op_state(const c10::OperatorHandle& op) {
-  const c10::OperatorName* key = &op.operator_name();
+OpState& op_state_slow(const c10::OperatorHandle& op, const c10::OperatorName* key) {
   {
     std::shared_lock<std::shared_mutex> lock(g_ops_mutex);
     auto it = g_ops.find(key);
@@ -64,19 +68,29 @@ OpState& op_state(const c10::OperatorHandle& op) {
   return *slot;
 }
 
+// OpStates live for the process, so a small per-thread cache in front of the shared map
+// spares the hot path its lock.
+OpState& op_state(const c10::OperatorHandle& op) {
+  const c10::OperatorName* key = &op.operator_name();
+  thread_local std::array<std::pair<const c10::OperatorName*, OpState*>, 128> cache{};
+  auto& entry = cache[(reinterpret_cast<uintptr_t>(key) >> 4) % cache.size()];
+  if (entry.first != key) entry = {key, &op_state_slow(op, key)};
+  return *entry.second;
+}
+
 std::shared_ptr<Provider> find_provider(const std::string& name) {
   std::shared_lock<std::shared_mutex> lock(g_providers_mutex);
   auto it = g_providers.find(name);
   return it == g_providers.end() ? nullptr : it->second;
 }
 
-std::shared_ptr<const Route> resolve(OpState& st, c10::DeviceIndex device, uint64_t version) {
+const Route* resolve(OpState& st, c10::DeviceIndex device, uint64_t version) {
   std::lock_guard<std::mutex> lock(st.mutex);
-  auto current = std::atomic_load(&st.routes[device]);
+  const Route* current = st.routes[device].load(std::memory_order_acquire);
   if (current && current->version == version) return current;
   std::vector<std::string> names;
   if (g_resolver) names = call_resolver(g_resolver, st.name, device);
-  auto route = std::make_shared<Route>();
+  auto route = std::make_unique<Route>();
   route->version = version;
   for (const auto& n : names) {
     if (auto p = find_provider(n)) route->chain.push_back(std::move(p));
@@ -92,8 +106,9 @@ std::shared_ptr<const Route> resolve(OpState& st, c10::DeviceIndex device, uint6
     if (!c) c = std::make_unique<Counters>();
     route->counters.push_back(c.get());
   }
-  std::shared_ptr<const Route> out = route;
-  std::atomic_store(&st.routes[device], out);
+  const Route* out = route.get();
+  st.retired.push_back(std::move(route));
+  st.routes[device].store(out, std::memory_order_release);
   return out;
 }
 
@@ -145,7 +160,7 @@ void flagos_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::
   hal_device(device);  // validates the index with a clear error
   OpState& st = op_state(op);
   uint64_t version = g_version.load(std::memory_order_acquire);
-  auto route = std::atomic_load(&st.routes[device]);
+  const Route* route = st.routes[device].load(std::memory_order_acquire);
   if (!route || route->version != version) route = resolve(st, device, version);
   for (size_t i = 0; i < route->chain.size(); ++i) {
     auto t0 = std::chrono::steady_clock::now();

@@ -9,6 +9,7 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/util/SmallVector.h>
 
 #include "aten/alias.h"
 #include "dispatch/dispatcher.h"
@@ -76,7 +77,7 @@ class TwinCall {
 
   at::Tensor to_twin(const at::Tensor& t) {
     if (!is_flagos(t)) return t;
-    devices_.insert(t.device().index());
+    devices_ |= uint64_t{1} << t.device().index();
     auto a = alias_as(t, c10::Device(twin_, twin_index(t.device().index())));
     // Lazy conjugate/negative views (ops that handle them, e.g. mm, reach us unresolved).
     if (t.is_conj()) a._set_conj(true);
@@ -117,9 +118,11 @@ class TwinCall {
     size_t n = arguments.size();
     size_t base = stack->size() - n;
     for (size_t i = 0; i < n; ++i) (*stack)[base + i] = to_twin((*stack)[base + i], arguments[i]);
-    devices_.insert(device_);
+    devices_ |= uint64_t{1} << device_;
     if (twin_ == c10::DeviceType::CPU) {
-      for (auto d : devices_) sync_for_host_access(d);
+      for (c10::DeviceIndex d = 0; d < 64; ++d) {
+        if (devices_ & (uint64_t{1} << d)) sync_for_host_access(d);
+      }
       op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
     } else {
       // The twin kernel runs on the twin stream that is the current flagos stream.
@@ -151,12 +154,7 @@ class TwinCall {
 
  private:
   c10::DeviceIndex twin_index(c10::DeviceIndex flagos_device) {
-    if (twin_ == c10::DeviceType::CPU) return -1;
-    flagos_device_properties_t props{};
-    props.struct_size = sizeof(props);
-    const auto& d = hal_device(flagos_device);
-    FLAGOS_HAL_CHECK(*d.lib->table, d.lib->table->get_device_properties(d.local_index, &props));
-    return static_cast<c10::DeviceIndex>(props.native_device_index);
+    return twin_ == c10::DeviceType::CPU ? -1 : twin_device_index(flagos_device);
   }
 
   // A kernel may resize or restride an out= alias; the caller's tensor must follow.
@@ -223,8 +221,8 @@ class TwinCall {
   const c10::OperatorHandle* op_ = nullptr;
   c10::DeviceIndex device_;
   c10::DeviceType twin_;
-  std::set<c10::DeviceIndex> devices_;
-  std::vector<at::Tensor> originals_, aliases_;
+  uint64_t devices_ = 0;  // bit d: flagos:d is involved
+  c10::SmallVector<at::Tensor, 4> originals_, aliases_;
 };
 
 }  // namespace

@@ -92,7 +92,7 @@ class DevicePool {
     auto it = pool.lower_bound(&key);
     if (it != pool.end() && (*it)->stream == stream) {
       block = *it;
-      pool.erase(it);
+      pool_erase(pool, block);
     }
     if (!block) block = new_segment(size, small, stream, requested);
     if (!block) {
@@ -112,7 +112,7 @@ class DevicePool {
       if (block->next) block->next->prev = rest;
       block->next = rest;
       block->size = size;
-      pool.insert(rest);
+      pool_insert(pool, rest);
     }
     block->allocated = true;
     block->requested = requested;
@@ -122,7 +122,6 @@ class DevicePool {
     stat_update(stats_, &DeviceStats::active, small, 1);
     stat_update(stats_, &DeviceStats::active_bytes, small, block->size);
     stat_update(stats_, &DeviceStats::requested_bytes, small, requested);
-    recount_inactive_splits();
     return block;
   }
 
@@ -275,7 +274,7 @@ class DevicePool {
     // Merge with free neighbours of the same segment.
     for (Block* nb : {block->prev, block->next}) {
       if (!nb || nb->allocated || nb->pending_events > 0) continue;
-      pool.erase(nb);
+      pool_erase(pool, nb);
       if (nb == block->prev) {
         nb->size += block->size;
         nb->next = block->next;
@@ -290,8 +289,7 @@ class DevicePool {
       }
     }
     block->stream_uses.clear();
-    pool.insert(block);
-    recount_inactive_splits();
+    pool_insert(pool, block);
   }
 
   void insert_events(Block* block) {
@@ -338,31 +336,28 @@ class DevicePool {
         stat_update(stats_, &DeviceStats::segment, b->small, -1);
         stat_update(stats_, &DeviceStats::reserved_bytes, b->small, -int64_t(b->size));
         delete b;
-        it = pool->erase(it);
+        it = pool->erase(it);  // a whole segment: never an inactive split
       }
     }
-    recount_inactive_splits();
   }
 
-  void recount_inactive_splits() {
-    // Inactive splits: free blocks that are part of a segment with an allocated block.
-    int64_t count[2] = {0, 0}, bytes[2] = {0, 0};
-    for (auto* pool : {&small_, &large_}) {
-      for (Block* b : *pool) {
-        if (b->prev || b->next) {
-          count[b->small]++;
-          bytes[b->small] += b->size;
-        }
-      }
+  // Free blocks go in and out of the pools only here, which keeps the inactive-split
+  // statistics (free blocks inside a segment that is partly in use) exact in O(1). A
+  // pooled block's neighbours never change while it is pooled: merges take it out first.
+  void pool_insert(std::set<Block*, BlockLess>& pool, Block* b) {
+    pool.insert(b);
+    if (b->prev || b->next) {
+      stat_update(stats_, &DeviceStats::inactive_split, b->small, 1);
+      stat_update(stats_, &DeviceStats::inactive_split_bytes, b->small, b->size);
     }
-    for (int small = 0; small < 2; ++small) {
-      auto idx = static_cast<size_t>(small ? StatType::SMALL_POOL : StatType::LARGE_POOL);
-      stats_.inactive_split[idx].current = count[small];
-      stats_.inactive_split_bytes[idx].current = bytes[small];
+  }
+
+  void pool_erase(std::set<Block*, BlockLess>& pool, Block* b) {
+    pool.erase(b);
+    if (b->prev || b->next) {
+      stat_update(stats_, &DeviceStats::inactive_split, b->small, -1);
+      stat_update(stats_, &DeviceStats::inactive_split_bytes, b->small, -int64_t(b->size));
     }
-    auto agg = static_cast<size_t>(StatType::AGGREGATE);
-    stats_.inactive_split[agg].current = count[0] + count[1];
-    stats_.inactive_split_bytes[agg].current = bytes[0] + bytes[1];
   }
 
   [[noreturn]] void raise_oom(size_t requested) {

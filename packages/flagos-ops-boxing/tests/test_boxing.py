@@ -1,0 +1,55 @@
+"""The boxing provider: what it serves, and that it runs ops zero-copy on the twin."""
+
+from __future__ import annotations
+
+import os
+
+import flagos
+import flagos_ops_boxing as boxing
+import pytest
+import torch
+
+pytestmark = pytest.mark.skipif(os.environ.get("FLAGOS_TEST_HW", "sim") != "sim",
+                                reason="sim-specific coverage numbers")
+
+
+def test_coverage_comes_from_the_operator_registry() -> None:
+    ops = boxing.coverage("sim")
+    assert len(ops) > 900  # every routed aten overload with a CPU kernel
+    assert "aten::mm.out" in ops and "aten::add.out" in ops
+    # ops with a flagos runtime kernel never reach a provider, so they are not counted
+    assert "aten::empty.memory_format" not in ops and "aten::copy_" not in ops
+    assert all(torch._C._dispatch_has_kernel_for_dispatch_key(o, "CPU") for o in ops[:50])
+
+
+def test_serves_on_follows_the_twin_of_the_hal() -> None:
+    p = flagos.routing.providers()["boxing"]
+    assert isinstance(p, boxing.BoxingProvider) and p.is_cpp
+    assert p.serves_on("aten::mm.out", "sim")
+    assert not p.serves_on("aten::mm.out", "no-such-hal")
+    # an op with no CPU kernel (CUDA-only) is not served on sim
+    cuda_only = next(n for n in torch._C._dispatch_get_all_op_names()
+                     if n.startswith("aten::_cudnn")
+                     and not torch._C._dispatch_has_kernel_for_dispatch_key(n, "CPU"))
+    assert not p.serves_on(cuda_only, "sim")
+
+
+def test_routes_through_boxing_and_matches_cpu() -> None:
+    flagos.routing.reset_stats()
+    a = torch.randn(8, 8)
+    b = torch.randn(8, 8)
+    with flagos.routing.override({"default": ["boxing"]}):
+        got = (a.to("flagos") @ b.to("flagos")).relu()
+    torch.testing.assert_close(got.cpu(), (a @ b).relu())
+    stats = flagos.routing.stats()
+    assert stats["aten::mm.out"]["boxing"]["calls"] == 1
+    assert "cpu" not in stats["aten::mm.out"]
+
+
+def test_in_place_result_is_the_callers_tensor_and_shares_memory() -> None:
+    x = torch.ones(4, device="flagos")
+    view = x[1:3]
+    with flagos.routing.override({"default": ["boxing"]}):
+        out = view.mul_(3)
+    assert out is view
+    assert x.cpu().tolist() == [1.0, 3.0, 3.0, 1.0]
