@@ -24,13 +24,14 @@ for s in "$@"; do
     conformance) step conformance; python3 -m flagos_hal.conformance --hal cuda 2>&1 | tee "$OUT/conformance.log" | tail -8 ;;
     demo) step demo; FLAGOS_HAL=cuda timeout 300 python3 -m flagos.demo 2>&1 | tee "$OUT/demo.log" | tail -30 ;;
     bench) step bench; FLAGOS_HAL=cuda timeout 400 python3 -m flagos.bench 2>&1 | tee "$OUT/bench.log" ;;
+    model) step model; FLAGOS_HAL=cuda timeout 150 python3 -m flagos.bench --only model 2>&1 | tee "$OUT/model.log" ;;
     sweep) step sweep; FLAGOS_HAL=cuda timeout 420 python3 integration_tests/opinfo_sweep.py --route boxing \
              --max-samples 3 --jobs 14 --json "$OUT/sweep-cuda.json" > "$OUT/sweep.log" 2>&1; tail -40 "$OUT/sweep.log" ;;
     tests) step tests; FLAGOS_HAL=cuda FLAGOS_TEST_HW=cuda timeout 540 python3 -m pytest -q -x -p no:cacheprovider \
              --import-mode=importlib --durations=10 packages/*/tests integration_tests 2>&1 | tee "$OUT/tests.log" | tail -40 ;;
-    compile) step compile; FLAGOS_HAL=cuda timeout 400 python3 packages/flagos-compile/benchmarks/compile_speedup.py --device cuda \
+    compile) step compile; FLAGOS_HAL=cuda timeout ${COMPILE_TIMEOUT:-400} python3 packages/flagos-compile/benchmarks/compile_speedup.py --device cuda \
              2>&1 | tee "$OUT/compile.log" | tail -30 ;;
-    dist) step dist; FLAGOS_HAL=cuda timeout 300 python3 packages/flagos-distributed/benchmarks/allreduce_bw.py \
+    dist) step dist; FLAGOS_HAL=cuda timeout ${DIST_TIMEOUT:-300} python3 -X faulthandler packages/flagos-distributed/benchmarks/allreduce_bw.py \
              2>&1 | tee "$OUT/dist.log" | tail -30 ;;
   esac
 done

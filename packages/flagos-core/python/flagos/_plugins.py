@@ -4,6 +4,7 @@ registration). A plugin that fails warns and is skipped; flagos itself keeps wor
 
 from __future__ import annotations
 
+import sys
 import warnings
 from importlib import metadata
 
@@ -15,6 +16,11 @@ def load_plugins() -> None:
     """Call every ``flagos.plugins`` entry point once."""
     for ep in metadata.entry_points(group=GROUP):
         if ep.name in loaded:
+            continue
+        if ep.module.split(".")[0] in sys.modules:
+            # Being imported right now (it imported flagos) or imported already: such a
+            # package registers itself when its import completes.
+            loaded[ep.name] = "ok (registers on import)"
             continue
         try:
             ep.load()()
