@@ -19,25 +19,32 @@ import threading
 __version__ = "0.1.0"
 __all__ = ["__version__", "is_registered", "register"]
 
-_lock = threading.Lock()
+_lock = threading.RLock()
 _registered = False
+_registering = False
 
 
 def register() -> None:
     """Register flagos with Dynamo and Inductor (idempotent, thread-safe)."""
-    global _registered
+    global _registered, _registering
     with _lock:
-        if _registered:
+        if _registered or _registering:
+            # _registering: re-entered from the imports below (torch autoloads flagos,
+            # which calls its plugins); the outer call finishes the job.
             return
-        import torch
+        _registering = True
+        try:
+            import torch
 
-        if not hasattr(torch, "flagos"):
-            import flagos  # noqa: F401 - brings up the device and torch.flagos
+            if not hasattr(torch, "flagos"):
+                import flagos  # noqa: F401 - brings up the device and torch.flagos
 
-        from flagos_compile import _register
+            from flagos_compile import _register
 
-        _register.register_all()
-        _registered = True
+            _register.register_all()
+            _registered = True
+        finally:
+            _registering = False
 
 
 def is_registered() -> bool:
