@@ -22,11 +22,11 @@ bool aliasing_disabled() {
   return disabled;
 }
 
-struct AliasContext {
-  c10::intrusive_ptr<c10::StorageImpl> owner;
-};
-
-void release_alias(void* ctx) { delete static_cast<AliasContext*>(ctx); }
+// The alias's DataPtr context is the flagos StorageImpl itself, holding one reference
+// (taken in alias_as, dropped here): no allocation of its own on the hot path.
+void release_alias(void* ctx) {
+  c10::intrusive_ptr<c10::StorageImpl>::reclaim(static_cast<c10::StorageImpl*>(ctx));
+}
 }  // namespace
 
 namespace {
@@ -91,7 +91,7 @@ at::Tensor alias_as(const at::Tensor& t, c10::Device twin) {
   const c10::Storage& storage = t.storage();
   auto* impl = storage.unsafeGetStorageImpl();
   c10::DataPtr dp(storage.mutable_data(),
-                  new AliasContext{c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(impl)},
+                  c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(impl).release(),
                   &release_alias, twin);
   c10::Allocator* twin_alloc = c10::GetAllocator(twin.type());
   c10::Storage alias_storage(c10::Storage::use_byte_size_t(), storage.sym_nbytes(), std::move(dp),
