@@ -106,6 +106,8 @@ def build(session: nox.Session) -> None:
 def demo(session: nox.Session) -> None:
     """The main job: train a small transformer on flagos (sim by default) against CPU."""
     hw = os.environ.get("FLAGOS_HAL", "sim")
+    if hw == "cuda":
+        _use_system_torch(session)
     _install_torch(session, hw)
     _install_flagos(session)
     session.run("python", "-m", "flagos.demo", *session.posargs)
@@ -115,6 +117,15 @@ def demo(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Benchmarks: ratios against native PyTorch measured side by side in one run."""
     hw = os.environ.get("FLAGOS_HAL", "sim")
+    if hw == "cuda":
+        _use_system_torch(session)
     _install_torch(session, hw)
     _install_flagos(session)
     session.run("python", "-m", "flagos.bench", *session.posargs)
+    # torch.compile: compiled/eager speedup on flagos against the same ratio natively.
+    session.run("python", "packages/flagos-compile/benchmarks/compile_speedup.py",
+                "--device", "cuda" if hw == "cuda" else "cpu", "--rounds", "3")
+    if hw == "cuda":
+        # all_reduce bus bandwidth, ProcessGroupFlagOS vs ProcessGroupNCCL (needs 2 GPUs).
+        session.run("python", "packages/flagos-distributed/benchmarks/allreduce_bw.py",
+                    "--gpus", "2")
