@@ -30,7 +30,7 @@ from torch._inductor.codegen.wrapper import (
 )
 from torch._inductor.virtualized import V
 
-from flagos_compile._twin import twin_of, twins
+from flagos_compile._twin import native_index, twin_of, twins
 
 SYNC_HELPER = "flagos_host_sync"
 
@@ -164,7 +164,13 @@ class FlagosDeviceOpOverrides(DeviceOpOverrides):
         return "torch.flagos.synchronize()"
 
     def device_guard(self, device_idx: int) -> str:
-        return f"torch.flagos.device({device_idx})"
+        # Inductor writes `with {device_guard}:`. A Triton kernel of a CUDA-twin device
+        # needs its twin current too (the kernel module is loaded onto the current CUDA
+        # device and launched there), so both are entered: `with a, b:`.
+        guard = f"torch.flagos.device({device_idx})"
+        if twin_of(device_idx) == "cuda":
+            guard += f", torch.cuda.device({native_index(device_idx)})"
+        return guard
 
     def current_stream(self) -> str:
         return "torch.flagos.current_stream()"

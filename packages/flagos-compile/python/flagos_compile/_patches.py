@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from flagos_compile._twin import twin_of
+from flagos_compile._twin import cuda_twin, twin_of, twins
 
 applied: list[str] = []
 
@@ -96,38 +96,63 @@ def _patch_get_current_backend() -> None:
     applied.extend(_rebind("torch._inductor", original, get_current_backend))
 
 
-def _patch_decide_layout_opt() -> None:
-    # WHY: for convolutions Inductor's layout optimization turns activations channels_last
-    # (GraphLowering.decide_layout_opt: always for mkldnn CPUs, by heuristics for GPUs).
-    # Fake tensors on flagos predict the output layout of aten::convolution from the conv
-    # backend torch selects for a PrivateUse1 device ("Overrideable": contiguous output),
-    # but the flagos dispatcher runs it on the twin's kernel (mkldnn/cudnn), which keeps
-    # channels_last, so the compiled graph fails its stride assertion (or would index the
-    # result wrongly). Until flagos' convolution returns the layout the fake kernel
-    # predicts, graphs whose convolutions run on flagos keep the layout they were given.
-    # No config is per device (config.layout_optimization is process-wide).
-    from torch._inductor.graph import GraphLowering
+def _patch_device_properties() -> None:
+    # WHY: Triton kernels name their compile target in triton_meta["device"], a
+    # torch._inductor.runtime.hints.DeviceProperties made by DeviceProperties.create(device):
+    # type=device.type, index=device.index. For a flagos device that is "flagos", and
+    # Triton's make_backend knows only its own targets ("0 compatible backends for target
+    # (flagos)"). A flagos device on a CUDA HAL is, for the kernel, its CUDA twin: same
+    # memory, same streams. So for such a device the properties are the twin's
+    # (DeviceProperties.create(cuda:native_index): type "cuda" or "hip", its compute
+    # capability, SM count, warp size), and the kernel compiles for target cuda, loads
+    # under a CUDA device guard on the twin (CachingAutotuner uses the interface of the
+    # properties' type) and is launched by the wrapper on the flagos stream's native handle.
+    # DeviceProperties.create reads the type from device.type; no DeviceInterface method
+    # can change it.
+    from torch._inductor.runtime.hints import DeviceProperties
 
-    original = GraphLowering.decide_layout_opt
+    original = DeviceProperties.create  # bound to the class; functools.cache inside
     if getattr(original, "_flagos_patch", False):
         return
 
-    def decide_layout_opt(gm: Any, *, is_inference: bool) -> bool:
-        for n in gm.graph.nodes:
-            if n.target is torch.ops.aten.convolution.default:
-                val = n.args[0].meta.get("val") if hasattr(n.args[0], "meta") else None
-                if isinstance(val, torch.Tensor) and val.device.type == "flagos":
-                    return False
-        return original(gm, is_inference=is_inference)
+    def create(cls: type, device: Any) -> Any:
+        twin = cuda_twin(device)
+        return original(twin if twin is not None else device)
 
-    decide_layout_opt._flagos_patch = True  # type: ignore[attr-defined]
-    decide_layout_opt.__wrapped__ = original  # type: ignore[attr-defined]
-    GraphLowering.decide_layout_opt = staticmethod(decide_layout_opt)  # type: ignore[method-assign]
-    applied.append("torch._inductor.graph.GraphLowering.decide_layout_opt")
+    create._flagos_patch = True  # type: ignore[attr-defined]
+    create.__wrapped__ = original  # type: ignore[attr-defined]
+    DeviceProperties.create = classmethod(create)  # type: ignore[method-assign, assignment]
+    applied.append("torch._inductor.runtime.hints.DeviceProperties.create")
+
+
+def _patch_device_need_guard() -> None:
+    # WHY: the Python wrapper wraps GPU kernel launches in a device guard only for device
+    # types in torch._inductor.utils.GPU_TYPES (device_need_guard). A Triton kernel for a
+    # CUDA-twin flagos device must run with its twin current, as Inductor does for cuda.
+    # Adding "flagos" to GPU_TYPES would be wider (get_gpu_type() asserts that at most one
+    # GPU type is available, and cuda is), so only the guard decision answers True, and
+    # FlagosDeviceOpOverrides.device_guard enters both torch.flagos.device(i) and
+    # torch.cuda.device(twin). The function is imported by name, so references are rebound.
+    import torch._inductor.scheduler  # noqa: F401 - holds a reference to rebind
+    from torch._inductor import utils
+
+    original = getattr(utils, "device_need_guard", None)
+    if original is None or getattr(original, "_flagos_patch", False):
+        return
+
+    def device_need_guard(device: str) -> bool:
+        if device == "flagos":
+            return twins() == {"cuda"}
+        return original(device)
+
+    device_need_guard._flagos_patch = True  # type: ignore[attr-defined]
+    device_need_guard.__wrapped__ = original  # type: ignore[attr-defined]
+    applied.extend(_rebind("torch._inductor", original, device_need_guard))
 
 
 def apply() -> None:
     """Apply the patches this torch release needs."""
     _patch_scheduler_node_is_cpu()
-    _patch_decide_layout_opt()
     _patch_get_current_backend()
+    _patch_device_properties()
+    _patch_device_need_guard()

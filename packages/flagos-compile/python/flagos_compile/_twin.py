@@ -22,3 +22,14 @@ def native_index(index: int) -> int:
 def twins() -> set[str]:
     """The twins of every flagos device in this process."""
     return {twin_of(i) for i in range(torch.flagos.device_count())}
+
+
+def cuda_twin(device: torch.device) -> torch.device | None:
+    """The CUDA device a flagos device mirrors (its memory and streams are that device's),
+    or None when the device is not flagos or its twin is not CUDA."""
+    if not isinstance(device, torch.device) or device.type != "flagos":
+        return None
+    index = device.index if device.index is not None else torch.flagos.current_device()
+    if twin_of(index) != "cuda":
+        return None
+    return torch.device("cuda", native_index(index))

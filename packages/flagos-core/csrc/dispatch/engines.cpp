@@ -6,6 +6,7 @@
 //  - cpu: the CPU fallback. On host-addressable HALs it is the twin engine on the CPU;
 //    on opaque HALs it copies inputs to the CPU and results back (PyTorch's cpu_fallback).
 #include <ATen/native/CPUFallback.h>
+#include <ATen/native/ConvUtils.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -71,6 +72,138 @@ const c10::OperatorHandle& native_equivalent(const c10::OperatorHandle& op,
   return op;
 }
 
+// The layout torch's shape tracking predicts for the results of a flagos convolution.
+//
+// torch.compile traces with fake tensors; for aten::convolution / convolution_backward the
+// fake kernel (torch/_subclasses/fake_impls.py `conv`, over the meta kernels of
+// torch/_meta_registrations.py) asks at::native::select_conv_backend for the device's conv
+// backend, which for a PrivateUse1 tensor is `Overrideable`, and lays the results out in
+// at::native::_determine_backend_memory_format(input, weight, backend): contiguous for
+// flagos in torch 2.13. The twin's kernel (mkldnn on the CPU, cudnn on CUDA) picks its own
+// layout (channels_last for channels_last inputs), and Inductor checks the strides of every
+// extern kernel's result against the fake prediction. So a flagos convolution returns the
+// strides the fake kernel predicts; the twin's result is copied into flagos memory anyway
+// (see TwinCall::from_twin), so returning another layout costs no extra copy on twin routes.
+//
+// Mirrored (torch 2.13):
+//  - mem_fmt = _determine_backend_memory_format(input, weight, select_conv_backend(...)),
+//    for 1-d convolutions on the inputs unsqueezed at dim 2;
+//  - convolution: result = empty(sizes).to(mem_fmt) (3-d with channels_last: through an
+//    unsqueeze at dim 2);
+//  - convolution_backward: grad_input/grad_weight = empty(sizes).to(fmt0).to(mem_fmt), fmt0
+//    being channels_last(_3d) if input or weight suggests it; grad_bias = empty(sizes).
+class ConvLayout {
+ public:
+  // Reads the arguments of the native op (aten::convolution or aten::convolution_backward)
+  // from the stack while they are still flagos tensors. nullopt: not a convolution, or
+  // arguments the prediction does not cover (the op then keeps the kernel's layout).
+  static std::optional<ConvLayout> predict(const c10::OperatorHandle& op,
+                                           const torch::jit::Stack& stack) {
+    const auto& name = op.operator_name();
+    if (!name.overload_name.empty()) return std::nullopt;
+    bool backward = name.name == "aten::convolution_backward";
+    if (!backward && name.name != "aten::convolution") return std::nullopt;
+    size_t n = op.schema().arguments().size();
+    if (stack.size() < n) return std::nullopt;
+    auto arg = [&](size_t k) -> const c10::IValue& { return stack[stack.size() - n + k]; };
+    size_t off = backward ? 1 : 0;  // convolution_backward starts with grad_output
+    if (!arg(off).isTensor() || !arg(off + 1).isTensor()) return std::nullopt;
+    const at::Tensor& input = arg(off).toTensor();
+    const at::Tensor& weight = arg(off + 1).toTensor();
+    if (!is_flagos(input) || !is_flagos(weight)) return std::nullopt;
+    std::optional<at::Tensor> bias;
+    std::optional<std::vector<int64_t>> bias_sizes;
+    const auto& b = arg(off + 2);
+    if (!b.isNone()) {
+      if (backward && b.isIntList()) bias_sizes = b.toIntVector();
+      else if (!backward && b.isTensor()) bias = b.toTensor();
+      else return std::nullopt;
+    }
+    for (size_t k : {off + 3, off + 4, off + 5, off + 7}) {
+      if (!arg(k).isIntList()) return std::nullopt;
+    }
+    if (!arg(off + 6).isBool() || !arg(off + 8).isInt()) return std::nullopt;
+    auto stride = arg(off + 3).toIntVector();
+    auto padding = arg(off + 4).toIntVector();
+    auto dilation = arg(off + 5).toIntVector();
+    auto output_padding = arg(off + 7).toIntVector();
+    ConvLayout layout;
+    layout.backward_ = backward;
+    try {
+      auto backend = at::native::select_conv_backend(
+          input, weight, bias, c10::fromIntArrayRefSlow(stride), c10::fromIntArrayRefSlow(padding),
+          c10::fromIntArrayRefSlow(dilation), arg(off + 6).toBool(),
+          c10::fromIntArrayRefSlow(output_padding), c10::SymInt(arg(off + 8).toInt()),
+          bias_sizes ? at::OptionalSymIntArrayRef(c10::fromIntArrayRefSlow(*bias_sizes))
+                     : at::OptionalSymIntArrayRef(std::nullopt));
+      if (weight.dim() == 3 && !input.is_mkldnn() && !input.is_xpu()) {
+        // The fake kernel asks about input.contiguous().unsqueeze(2); the answer for a
+        // flagos tensor depends on its device and sizes only, so a view serves.
+        layout.fmt_ = at::native::_determine_backend_memory_format(
+            input.unsqueeze(2), weight.unsqueeze(2), backend);
+      } else {
+        layout.fmt_ = at::native::_determine_backend_memory_format(input, weight, backend);
+      }
+    } catch (const c10::Error&) {
+      return std::nullopt;  // invalid arguments: the kernel reports them
+    }
+    if (backward) {
+      auto fi = input.suggest_memory_format(), fw = weight.suggest_memory_format();
+      if (fi == at::MemoryFormat::ChannelsLast || fw == at::MemoryFormat::ChannelsLast) {
+        layout.meta_fmt_ = at::MemoryFormat::ChannelsLast;
+      } else if (fi == at::MemoryFormat::ChannelsLast3d || fw == at::MemoryFormat::ChannelsLast3d) {
+        layout.meta_fmt_ = at::MemoryFormat::ChannelsLast3d;
+      }
+    }
+    return layout;
+  }
+
+  // The predicted strides of result `i` given its sizes (nullopt: keep the kernel's).
+  std::optional<std::vector<int64_t>> strides(size_t i, at::IntArrayRef sizes) const {
+    if (i > (backward_ ? 2u : 0u)) return std::nullopt;
+    auto strides = contiguous(sizes);
+    if (backward_ && i == 2) return strides;  // grad_bias: the meta kernel's empty()
+    if (backward_ && !to_format(sizes, &strides, meta_fmt_)) return std::nullopt;
+    if (sizes.size() == 3 && fmt_ == at::MemoryFormat::ChannelsLast) {
+      // t.unsqueeze(2).to(channels_last).squeeze(2)
+      std::vector<int64_t> s4{sizes[0], sizes[1], 1, sizes[2]};
+      std::vector<int64_t> st4{strides[0], strides[1], strides[2] * sizes[2], strides[2]};
+      if (!to_format(s4, &st4, fmt_)) return std::nullopt;
+      return std::vector<int64_t>{st4[0], st4[1], st4[3]};
+    }
+    if (!to_format(sizes, &strides, fmt_)) return std::nullopt;
+    return strides;
+  }
+
+ private:
+  static std::vector<int64_t> contiguous(at::IntArrayRef sizes) {
+    std::vector<int64_t> s(sizes.size());
+    int64_t z = 1;
+    for (size_t d = sizes.size(); d-- > 0;) {
+      s[d] = z;
+      z *= std::max<int64_t>(sizes[d], 1);
+    }
+    return s;
+  }
+
+  // Tensor.to(memory_format=fmt) on a tensor of these sizes and strides: unchanged when
+  // it already is contiguous in fmt, else fmt's strides. False: fmt does not fit the rank.
+  static bool to_format(at::IntArrayRef sizes, std::vector<int64_t>* strides, at::MemoryFormat fmt) {
+    size_t rank = fmt == at::MemoryFormat::ChannelsLast ? 4 : fmt == at::MemoryFormat::ChannelsLast3d ? 5 : 0;
+    if (rank && sizes.size() != rank) return false;
+    auto probe = at::empty_strided(sizes, *strides, at::TensorOptions().device(c10::kMeta));
+    if (probe.is_contiguous(fmt)) return true;
+    if (rank == 4) *strides = c10::get_channels_last_strides_2d(sizes);
+    else if (rank == 5) *strides = c10::get_channels_last_strides_3d(sizes);
+    else *strides = contiguous(sizes);
+    return true;
+  }
+
+  bool backward_ = false;
+  at::MemoryFormat fmt_ = at::MemoryFormat::Contiguous;       // the fake kernel's mem_fmt
+  at::MemoryFormat meta_fmt_ = at::MemoryFormat::Contiguous;  // the backward meta kernel's
+};
+
 class TwinCall {
  public:
   TwinCall(c10::DeviceIndex device, c10::DeviceType twin) : device_(device), twin_(twin) {}
@@ -114,6 +247,7 @@ class TwinCall {
   void run(const c10::OperatorHandle& requested, torch::jit::Stack* stack) {
     const c10::OperatorHandle& op = native_equivalent(requested, stack);
     op_ = &op;
+    conv_layout_ = ConvLayout::predict(op, *stack);
     const auto& arguments = op.schema().arguments();
     size_t n = arguments.size();
     size_t base = stack->size() - n;
@@ -147,8 +281,15 @@ class TwinCall {
     }
     fix_mutated();
     const auto& returns = op.schema().returns();
-    for (size_t i = stack->size() - returns.size(); i < stack->size(); ++i) {
-      (*stack)[i] = from_twin((*stack)[i]);
+    size_t first = stack->size() - returns.size();
+    for (size_t i = first; i < stack->size(); ++i) {
+      auto& v = (*stack)[i];
+      if (conv_layout_ && v.isTensor() && v.toTensor().defined()) {
+        auto want = conv_layout_->strides(i - first, v.toTensor().sizes());
+        v = from_twin(v.toTensor(), want ? &*want : nullptr);
+      } else {
+        v = from_twin(v);
+      }
     }
   }
 
@@ -180,7 +321,8 @@ class TwinCall {
     }
   }
 
-  at::Tensor from_twin(const at::Tensor& t) {
+  // `want`: the strides a fresh result must have (a convolution's, see ConvLayout).
+  at::Tensor from_twin(const at::Tensor& t, const std::vector<int64_t>* want = nullptr) {
     if (!t.defined() || t.device().type() != twin_) return t;
     check_supported_result(t, *op_);
     for (size_t k = 0; k < aliases_.size(); ++k) {
@@ -197,7 +339,8 @@ class TwinCall {
     // A fresh result: it becomes flagos memory, counted by the flagos allocator.
     at::Tensor out;
     auto opts = t.options().device(c10::Device(kFlagos, device_));
-    if (t.is_non_overlapping_and_dense()) out = at::empty_strided(t.sizes(), t.strides(), opts);
+    if (want) out = at::empty_strided(t.sizes(), *want, opts);
+    else if (t.is_non_overlapping_and_dense()) out = at::empty_strided(t.sizes(), t.strides(), opts);
     else out = at::empty(t.sizes(), opts);
     alias_as(out, t.device()).copy_(t);
     return out;
@@ -219,6 +362,7 @@ class TwinCall {
   }
 
   const c10::OperatorHandle* op_ = nullptr;
+  std::optional<ConvLayout> conv_layout_;
   c10::DeviceIndex device_;
   c10::DeviceType twin_;
   uint64_t devices_ = 0;  // bit d: flagos:d is involved
@@ -243,6 +387,7 @@ void run_cpu(const c10::OperatorHandle& requested, torch::jit::Stack* stack,
   }
   // Opaque memory: copy in, run on the CPU, copy back (mutated args and results).
   const c10::OperatorHandle& op = native_equivalent(requested, stack);
+  auto conv_layout = ConvLayout::predict(op, *stack);
   const auto& arguments = op.schema().arguments();
   size_t n = arguments.size();
   size_t base = stack->size() - n;
@@ -289,6 +434,21 @@ void run_cpu(const c10::OperatorHandle& requested, torch::jit::Stack* stack,
   for (auto& [orig, host] : written_back) {
     if (!orig.sizes().equals(host.sizes())) orig.resize_(host.sizes());
     orig.copy_(host);
+  }
+  if (conv_layout) {
+    // A convolution's results take the strides the fake kernel predicts (see ConvLayout).
+    const auto& returns = op.schema().returns();
+    size_t first = stack->size() - returns.size();
+    for (size_t i = first; i < stack->size(); ++i) {
+      auto& v = (*stack)[i];
+      if (!v.isTensor() || !is_flagos(v.toTensor())) continue;
+      const at::Tensor& r = v.toTensor();
+      auto want = conv_layout->strides(i - first, r.sizes());
+      if (!want || r.strides().equals(*want)) continue;
+      at::Tensor out = at::empty_strided(r.sizes(), *want, r.options());
+      out.copy_(r);
+      v = out;
+    }
   }
   if (!device_arg) return;
   // A factory op asked for flagos: its CPU results move there.
