@@ -20,12 +20,8 @@ from flagos import _C, routing
 
 def _routing_rules() -> list[dict[str, Any]]:
     """The merged routing entries in force (shipped defaults, files, environment, set())."""
-    from flagos.routing import table
-
-    table._ensure_ready()
-    rules = table._state.snapshot.rules
     return [{"hal": r.hal, "key": r.key, "chain": list(r.chain), "origin": r.origin}
-            for r in sorted(rules.values(), key=lambda r: (r.hal or "", r.key))]
+            for r in routing.rules()]
 
 
 def collect() -> dict[str, Any]:

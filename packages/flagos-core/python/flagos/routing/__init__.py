@@ -33,6 +33,7 @@ from .table import (
     register_provider,
     reset,
     resolve,
+    rules,
     set_backend,
     version,
 )
@@ -42,5 +43,5 @@ __all__ = [
     "WELL_KNOWN_PROVIDERS", "Backend", "CpuProvider", "Decision", "DeviceRoute", "Explanation",
     "NullBackend", "Provider", "Resolver", "RouteOverride", "RoutingConfigError", "Rule", "Step",
     "UnknownOpError", "explain", "load", "override", "providers", "register_provider", "reset",
-    "reset_stats", "resolve", "set", "set_backend", "stats", "version",
+    "reset_stats", "resolve", "rules", "set", "set_backend", "stats", "version",
 ]

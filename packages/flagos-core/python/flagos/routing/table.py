@@ -321,6 +321,14 @@ def version() -> int:
     return _state.version
 
 
+def rules() -> list[Rule]:
+    """The merged routing entries in force (shipped defaults, files, the environment,
+    load()/set(), active overrides), each with its chain and where it came from, sorted
+    by HAL scope then key."""
+    _ensure_ready()
+    return sorted(_state.snapshot.rules.values(), key=lambda r: (r.hal or "", r.key))
+
+
 def providers() -> dict[str, Provider]:
     """The installed providers by name (entry points, :func:`register_provider`, ``cpu``)."""
     _ensure_ready()
