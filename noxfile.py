@@ -57,6 +57,17 @@ def _use_system_torch(session: nox.Session) -> None:
                 session.virtualenv.location, external=True, silent=True)
 
 
+def _prepare(session: nox.Session) -> str:
+    """An environment with torch and every flagos package for the HAL that FLAGOS_HAL
+    names (sim by default); returns that HAL's name."""
+    hw = os.environ.get("FLAGOS_HAL", "sim")
+    if hw == "cuda":
+        _use_system_torch(session)
+    _install_torch(session, hw)
+    _install_flagos(session)
+    return hw
+
+
 @nox.session
 @nox.parametrize("hw", ["sim", "cuda"])
 def tests(session: nox.Session, hw: str) -> None:
@@ -105,22 +116,14 @@ def build(session: nox.Session) -> None:
 @nox.session
 def demo(session: nox.Session) -> None:
     """The main job: train a small transformer on flagos (sim by default) against CPU."""
-    hw = os.environ.get("FLAGOS_HAL", "sim")
-    if hw == "cuda":
-        _use_system_torch(session)
-    _install_torch(session, hw)
-    _install_flagos(session)
+    _prepare(session)
     session.run("python", "-m", "flagos.demo", *session.posargs)
 
 
 @nox.session
 def bench(session: nox.Session) -> None:
     """Benchmarks: ratios against native PyTorch measured side by side in one run."""
-    hw = os.environ.get("FLAGOS_HAL", "sim")
-    if hw == "cuda":
-        _use_system_torch(session)
-    _install_torch(session, hw)
-    _install_flagos(session)
+    hw = _prepare(session)
     session.run("python", "-m", "flagos.bench", *session.posargs)
     # torch.compile: compiled/eager speedup on flagos against the same ratio natively.
     session.run("python", "packages/flagos-compile/benchmarks/compile_speedup.py",

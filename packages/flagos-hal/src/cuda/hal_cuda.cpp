@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "flagos_hal/flagos_hal.h"
+#include "flagos_hal/status_text.h"
 
 struct flagos_device_state;  // per-device state, defined below
 
@@ -584,20 +585,7 @@ flagos_status_t hal_get_version(const char** version) {
 
 flagos_status_t hal_get_error_string(flagos_status_t status, const char** text) {
   if (!text) return fail(FLAGOS_ERROR_INVALID_VALUE, "get_error_string: text is NULL");
-  switch (status) {
-    case FLAGOS_SUCCESS: *text = "success"; break;
-    case FLAGOS_ERROR_INVALID_VALUE: *text = "invalid value"; break;
-    case FLAGOS_ERROR_INVALID_DEVICE: *text = "invalid device"; break;
-    case FLAGOS_ERROR_OUT_OF_MEMORY: *text = "out of memory"; break;
-    case FLAGOS_ERROR_NOT_READY: *text = "not ready"; break;
-    case FLAGOS_ERROR_INVALID_HANDLE: *text = "invalid handle"; break;
-    case FLAGOS_ERROR_NOT_SUPPORTED: *text = "not supported"; break;
-    case FLAGOS_ERROR_NO_DEVICE: *text = "no device"; break;
-    case FLAGOS_ERROR_DEVICE_FAULT: *text = "device fault"; break;
-    case FLAGOS_ERROR_VERSION_MISMATCH: *text = "version mismatch"; break;
-    case FLAGOS_ERROR_UNKNOWN: *text = "unknown error"; break;
-    default: *text = "unknown error"; break;
-  }
+  *text = flagos_status_text(status);
   return FLAGOS_SUCCESS;
 }
 
