@@ -1,22 +1,26 @@
 #include "runtime/stream.h"
 
 #include <array>
-#include <deque>
+#include <atomic>
 #include <mutex>
 
 namespace flagos {
 namespace {
 
 constexpr int kPoolPerPriority = 4;
+constexpr int kLevels = 8;
+constexpr size_t kMaxStreams = 1 + kPoolPerPriority * kLevels;
 
+// Handles are published once and never change, so the per-op lookup (hal_stream) reads
+// them without a lock; creation takes the mutex.
 struct DeviceStreams {
   std::mutex mutex;
-  flagos_stream_t default_handle = nullptr;
-  std::deque<flagos_stream_t> handles;  // id k -> handles[k - 1]
-  std::deque<int> priorities;
+  std::array<std::atomic<flagos_stream_t>, kMaxStreams> handles{};  // [0]: default stream
+  size_t count = 1;                                                 // ids in use, incl. 0
+  std::array<int, kMaxStreams> priorities{};
   // pool[level] holds ids; level 0 = lowest priority.
-  std::array<std::vector<c10::StreamId>, 8> pool;
-  std::array<size_t, 8> next{};
+  std::array<std::vector<c10::StreamId>, kLevels> pool;
+  std::array<size_t, kLevels> next{};
 };
 
 std::array<DeviceStreams, 64>& all_streams() {
@@ -40,17 +44,20 @@ c10::Stream make_stream(c10::DeviceIndex device, c10::StreamId id) {
 flagos_stream_t hal_stream(const c10::Stream& stream) {
   auto device = stream.device_index();
   auto& ds = streams_of(device);
+  auto id = stream.id();
+  TORCH_CHECK(id >= 0 && static_cast<size_t>(id) < kMaxStreams, "flagos: unknown stream id ",
+              id, " on flagos:", int(device));
+  flagos_stream_t handle = ds.handles[id].load(std::memory_order_acquire);
+  if (handle) return handle;
+  TORCH_CHECK(id == 0, "flagos: unknown stream id ", id, " on flagos:", int(device));
   std::lock_guard<std::mutex> lock(ds.mutex);
-  if (stream.id() == 0) {
-    if (!ds.default_handle) {
-      const auto& d = hal_device(device);
-      FLAGOS_HAL_CHECK(*d.lib->table, d.lib->table->stream_get_default(d.local_index, &ds.default_handle));
-    }
-    return ds.default_handle;
+  handle = ds.handles[0].load(std::memory_order_relaxed);
+  if (!handle) {
+    const auto& d = hal_device(device);
+    FLAGOS_HAL_CHECK(*d.lib->table, d.lib->table->stream_get_default(d.local_index, &handle));
+    ds.handles[0].store(handle, std::memory_order_release);
   }
-  TORCH_CHECK(stream.id() > 0 && static_cast<size_t>(stream.id()) <= ds.handles.size(),
-              "flagos: unknown stream id ", stream.id(), " on flagos:", int(device));
-  return ds.handles[stream.id() - 1];
+  return handle;
 }
 
 c10::Stream current_stream(c10::DeviceIndex device) {
@@ -84,9 +91,10 @@ c10::Stream pool_stream(c10::DeviceIndex device, int priority) {
   if (pool.size() < kPoolPerPriority) {
     flagos_stream_t handle = nullptr;
     FLAGOS_HAL_CHECK(hal, hal.stream_create(d.local_index, clamped, &handle));
-    ds.handles.push_back(handle);
-    ds.priorities.push_back(clamped);
-    pool.push_back(static_cast<c10::StreamId>(ds.handles.size()));
+    size_t id = ds.count++;
+    ds.priorities[id] = clamped;
+    ds.handles[id].store(handle, std::memory_order_release);
+    pool.push_back(static_cast<c10::StreamId>(id));
     return make_stream(device, pool.back());
   }
   auto id = pool[ds.next[level]++ % pool.size()];
@@ -97,7 +105,9 @@ int stream_priority(const c10::Stream& stream) {
   if (stream.id() == 0) return 0;
   auto& ds = streams_of(stream.device_index());
   std::lock_guard<std::mutex> lock(ds.mutex);
-  return ds.priorities.at(stream.id() - 1);
+  TORCH_CHECK(stream.id() > 0 && static_cast<size_t>(stream.id()) < ds.count,
+              "flagos: unknown stream id ", stream.id());
+  return ds.priorities[stream.id()];
 }
 
 void synchronize_stream(const c10::Stream& stream) {
