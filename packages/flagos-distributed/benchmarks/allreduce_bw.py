@@ -12,6 +12,8 @@ rank allocates one flagos buffer per size and views the same memory as a CUDA te
 reduce the very same bytes, interleaved per size (A B B A ...) to cancel drift.
 Bus bandwidth as nccl-tests defines it: busbw = 2 (n - 1) / n * bytes / time.
 The goal in the flagos-distributed issue: ProcessGroupFlagOS >= 0.98x ProcessGroupNCCL.
+Before timing, one all_reduce through each backend is checked (1 -> world -> world**2).
+FLAGOS_DIST_TRACE=1 prints each step of ProcessGroupFlagOS's delegation to stderr.
 """
 
 from __future__ import annotations
@@ -49,6 +51,9 @@ def _time(fn, sync, iters: int) -> float:
 
 
 def _worker(rank: int, args: argparse.Namespace, port: int) -> None:
+    import faulthandler
+
+    faulthandler.enable(all_threads=True)  # a crash in a worker prints its Python stack
     os.environ.setdefault("FLAGOS_HAL", "cuda")
     import flagos_distributed as fd
     import torch
@@ -80,6 +85,7 @@ def _worker(rank: int, args: argparse.Namespace, port: int) -> None:
         buf = torch.ones(n, dtype=dtype, device=torch.device("flagos", idx))
         view = fd._C._view_as(buf, f"cuda:{rank}")
         assert view.data_ptr() == buf.data_ptr()
+        assert view.device == torch.device("cuda", rank), view.device
 
         def run_flagos(buf=buf):
             dist.all_reduce(buf)
@@ -87,9 +93,25 @@ def _worker(rank: int, args: argparse.Namespace, port: int) -> None:
         def run_nccl(view=view):
             dist.all_reduce(view)
 
+        # Both backends reduce the same bytes, and the flagos stream and the CUDA stream are
+        # not ordered with each other: sync() whenever the backend changes (two NCCL
+        # communicators racing on one buffer is a data race and may deadlock).
+        sync()
+        if not rows:  # correctness once, on the first size: 1 -> world -> world**2
+            run_flagos()
+            sync()
+            got = float(view[0].item())
+            assert got == world, f"ProcessGroupFlagOS all_reduce gave {got}, expected {world}"
+            run_nccl()
+            sync()
+            got = float(view[0].item())
+            assert got == world * world, f"ProcessGroupNCCL gave {got}, expected {world ** 2}"
+        buf.zero_()  # SUM of zeros stays finite however many repetitions run
+        sync()
         for f in (run_flagos, run_nccl):  # warm-up (communicator setup)
             for _ in range(args.warmup):
                 f()
+            sync()
         t_f, t_n = [], []
         for rep in range(args.reps):
             order = (run_flagos, run_nccl) if rep % 2 == 0 else (run_nccl, run_flagos)

@@ -40,9 +40,21 @@ class NoGilPtr {
   c10::intrusive_ptr<T> p_;
 };
 
-c10::intrusive_ptr<c10d::Backend> backendOf(const py::object& o) {
+// A torch c10d backend object (ProcessGroupGloo, ProcessGroupNCCL, ...) as an owning
+// pointer: the C++ object is shared with its Python wrapper (reference count + 1), so it
+// outlives the Python object made in _create. Anything else is a TypeError, never a cast
+// of an unrelated object.
+c10::intrusive_ptr<c10d::Backend> backendOf(const py::object& o, const char* what) {
   if (o.is_none()) return {};
+  const py::object backend = py::module_::import("torch._C._distributed_c10d").attr("Backend");
+  if (!py::isinstance(o, backend)) {
+    throw py::type_error(c10::str("ProcessGroupFlagOS: ", what,
+                                  " must be a torch c10d Backend (ProcessGroupGloo, "
+                                  "ProcessGroupNCCL), got ",
+                                  py::str(py::type::of(o)).cast<std::string>()));
+  }
   auto* b = o.cast<c10d::Backend*>();
+  if (!b) throw py::type_error(c10::str("ProcessGroupFlagOS: ", what, " is a null backend"));
   return c10::intrusive_ptr<c10d::Backend>::reclaim_copy(b);
 }
 
@@ -90,8 +102,8 @@ PYBIND11_MODULE(_C, m) {
              c.check = check;
              c.timeout = timeout;
              c.native_index = std::move(native_index);
-             auto in = backendOf(inner);
-             auto chk = backendOf(checker);
+             auto in = backendOf(inner, "inner");
+             auto chk = backendOf(checker, "checker");
              py::gil_scoped_release release;
              return NoGilPtr<ProcessGroupFlagOS>(c10::make_intrusive<ProcessGroupFlagOS>(
                  rank, size, std::move(in), std::move(chk), std::move(c)));

@@ -7,7 +7,11 @@
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/version.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <condition_variable>
 #include <mutex>
 #include <sstream>
@@ -66,6 +70,24 @@ std::exception_ptr distError(const std::string& msg) {
   }
 }
 
+// FLAGOS_DIST_TRACE=1: one line on stderr per step of the delegation (flushed), so that a
+// crash inside a delegate shows the last step that was reached.
+bool tracing() {
+  static const bool on = [] {
+    const char* v = std::getenv("FLAGOS_DIST_TRACE");
+    return v && *v && std::string(v) != "0";
+  }();
+  return on;
+}
+
+template <typename... Args>
+void trace(const Args&... args) {
+  if (!tracing()) return;
+  const std::string line = c10::str("[flagos-dist pid ", ::getpid(), "] ", args..., "\n");
+  std::fputs(line.c_str(), stderr);
+  std::fflush(stderr);
+}
+
 // A failure of the delegate, restated with the collective, the rank and the timeout.
 std::exception_ptr wrapError(const std::string& prefix, milliseconds timeout,
                              const std::exception_ptr& e) {
@@ -88,13 +110,24 @@ std::exception_ptr wrapError(const std::string& prefix, milliseconds timeout,
 class CudaStreamSwap {
  public:
   CudaStreamSwap(c10::DeviceIndex flagos_index, int cuda_index) {
+    // Checked before anything is touched: a missing CUDA guard or an out-of-range
+    // ordinal is an error here, not a crash inside ProcessGroupNCCL.
+    TORCH_CHECK(c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA),
+                "ProcessGroupFlagOS: the NCCL path needs a CUDA build of torch");
+    cuda_ = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
+    TORCH_CHECK(cuda_index >= 0 && cuda_index < cuda_->deviceCount(),
+                "ProcessGroupFlagOS: flagos:", int(flagos_index), " maps to CUDA device ",
+                cuda_index, ", but torch sees ", int(cuda_->deviceCount()), " CUDA device(s)");
     const auto* f = flagosImpl();
     void* handle = f->getStreamNativeHandle(f->getStream(c10::Device(kFlagos, flagos_index)));
     auto id = static_cast<c10::StreamId>(reinterpret_cast<intptr_t>(handle));
     if (id == 1) id = 0;  // cudaStreamLegacy is the default stream, id 0
-    TORCH_CHECK(c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA),
-                "ProcessGroupFlagOS: the NCCL path needs a CUDA build of torch");
-    cuda_ = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
+    // c10 reads an even, non-zero id as an external cudaStream_t; anything else would be
+    // decoded as a pool stream index and dereferenced.
+    TORCH_CHECK(id == 0 || id == 2 || (id & 1) == 0,
+                "ProcessGroupFlagOS: the native handle of the current stream of flagos:",
+                int(flagos_index), " (", handle, ") is not a cudaStream_t");
+    trace("stream swap: flagos:", int(flagos_index), " stream ", handle, " -> cuda:", cuda_index);
     prev_ = cuda_->exchangeStream(
         c10::Stream(c10::Stream::UNSAFE,
                     c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(cuda_index)),
@@ -210,17 +243,39 @@ class FlagosWork : public Work {
 
   // Hooks the delegate's futures; separate from the constructor because the callbacks hold
   // a reference to this work (dropped once they have run).
+  //
+  // A delegate may hand back no work at all (ProcessGroupNCCL since torch 2.8 returns
+  // nullptr for async_op=False collectives and coalesced groups: the kernel is already
+  // on the current stream) or a work without a future (getFuture() throws, as Gloo's
+  // send/recv, or returns null, as ProcessGroupNCCL's coalesced works, whose future_ is
+  // never set). Calling addCallback on that null future was a segfault.
   void start() {
     std::vector<c10::intrusive_ptr<c10::ivalue::Future>> futures;
+    bool no_future = false;
     for (auto& w : inner_) {
       if (!w) continue;
+      c10::intrusive_ptr<c10::ivalue::Future> f;
       try {
-        futures.push_back(w->getFuture());
+        f = w->getFuture();
       } catch (const std::exception&) {
-        lazy_ = true;  // e.g. Gloo send/recv: completed by wait()
+      }
+      if (f) {
+        futures.push_back(std::move(f));
+      } else {
+        no_future = true;
       }
     }
-    if (lazy_) return;
+    trace(prefix_, ": ", inner_.size(), " delegate work(s), ", futures.size(), " future(s)",
+          no_future ? ", some without a future" : "");
+    if (no_future) {
+      if (path_ == Path::kCuda) {
+        // CUDA works complete on the GPU: order a flagos side stream after them now.
+        completeCuda();
+        return;
+      }
+      lazy_ = true;  // host paths: completed by wait()
+      return;
+    }
     pending_ = futures.size();
     if (pending_ == 0) {
       finalize();
@@ -435,6 +490,25 @@ ProcessGroupFlagOS::ProcessGroupFlagOS(int rank, int size, c10::intrusive_ptr<c1
       checker_(std::move(checker)),
       config_(std::move(config)) {
   TORCH_CHECK(inner_, "ProcessGroupFlagOS: no delegate backend given");
+  // The delegate must be the library named by the config: the NCCL path hands it CUDA
+  // tensors on the flagos stream, which another backend would misuse.
+  TORCH_CHECK(inner_->getBackendName() == config_.delegate,
+              "ProcessGroupFlagOS: the delegate backend is '", inner_->getBackendName(),
+              "', expected '", config_.delegate, "'");
+  TORCH_CHECK(config_.path != Path::kCuda || config_.delegate == "nccl",
+              "ProcessGroupFlagOS: the cuda path needs the nccl delegate, not ",
+              config_.delegate);
+  if (config_.path == Path::kCuda) {
+    TORCH_CHECK(c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA),
+                "ProcessGroupFlagOS: the NCCL path needs a CUDA build of torch");
+    TORCH_CHECK(!config_.native_index.empty(),
+                "ProcessGroupFlagOS: the NCCL path needs the CUDA ordinal of each flagos device");
+  }
+  if (checker_) {
+    TORCH_CHECK(checker_->getBackendName() == "gloo",
+                "ProcessGroupFlagOS: the metadata checker must be a Gloo backend, got '",
+                checker_->getBackendName(), "'");
+  }
   init();
 }
 
@@ -470,10 +544,15 @@ at::Tensor ProcessGroupFlagOS::native(const at::Tensor& t, Plan& p, bool read, b
   const auto dtype = at::TensorOptions().dtype(t.scalar_type());
   switch (config_.path) {
     case Path::kCuda: {
-      TORCH_CHECK(index < static_cast<int>(config_.native_index.size()),
-                  "ProcessGroupFlagOS: no CUDA ordinal known for flagos:", int(index));
+      TORCH_CHECK(index >= 0 && index < static_cast<int>(config_.native_index.size()) &&
+                      config_.native_index[index] >= 0,
+                  "ProcessGroupFlagOS: no CUDA ordinal known for flagos:", int(index),
+                  " (its HAL memory is not CUDA memory); the NCCL path serves CUDA HAL "
+                  "devices only");
       const c10::Device cuda(c10::DeviceType::CUDA,
                              static_cast<c10::DeviceIndex>(config_.native_index[index]));
+      trace(p.name, " #", p.seq, ": flagos:", int(index), " ptr ", t.data_ptr(), " ",
+            t.scalar_type(), t.sizes(), " -> ", cuda);
       if (t.numel() == 0) return at::empty(sizes, dtype.device(cuda));
       return at::for_blob(t.data_ptr(), sizes).strides(t.strides()).options(dtype.device(cuda))
           .target_device(cuda).make_tensor();
@@ -598,7 +677,9 @@ WorkPtr ProcessGroupFlagOS::launch(
     if (config_.path == Path::kCuda && p.device) {
       swap.emplace(*p.device, config_.native_index.at(*p.device));
     }
+    trace(p.name, " #", p.seq, ": calling ", config_.delegate);
     inner = fn();
+    trace(p.name, " #", p.seq, ": ", config_.delegate, " returned");
   }
   if (config_.path == Path::kCuda && coalescing_) {
     // ProcessGroupNCCL groups the calls; endCoalescing() hands back the work that counts.
@@ -848,7 +929,13 @@ WorkPtr ProcessGroupFlagOS::barrier(const c10d::BarrierOptions& opts) {
   if (config_.path != Path::kCuda) {
     o.device_ids.clear();
   } else {
-    for (auto& id : o.device_ids) id = config_.native_index.at(id);  // flagos -> CUDA ordinal
+    // flagos -> CUDA ordinal; ProcessGroupNCCL picks its barrier device from these
+    for (auto& id : o.device_ids) id = config_.native_index.at(id);
+    if (o.device && o.device->type() == kFlagos) {
+      const auto idx = o.device->has_index() ? o.device->index() : flagosImpl()->getDevice().index();
+      o.device = c10::Device(c10::DeviceType::CUDA,
+                             static_cast<c10::DeviceIndex>(config_.native_index.at(idx)));
+    }
   }
   return launch(std::move(p), [&] { return std::vector<WorkPtr>{inner_->barrier(o)}; });
 }

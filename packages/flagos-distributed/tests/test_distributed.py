@@ -144,6 +144,38 @@ def test_forcing_gloo_and_unknown_names(monkeypatch):
         fd.select_delegate(0)
 
 
+def test_wrong_delegates_are_errors_not_crashes():
+    """The constructor's checks, in process (no GPU needed): what the NCCL path would hand
+    a wrong or missing delegate is refused with a message instead of being cast or used."""
+    from datetime import timedelta
+
+    store = dist.HashStore()
+    gloo = dist.ProcessGroupGloo(store, 0, 1, timedelta(seconds=10))
+    t = timedelta(seconds=10)
+    make = fd.ProcessGroupFlagOS
+    with pytest.raises(TypeError, match="inner must be a torch c10d Backend"):
+        make(0, 1, object(), None, "gloo", "host", False, t, [-1])
+    with pytest.raises(TypeError, match="checker must be a torch c10d Backend"):
+        make(0, 1, gloo, "gloo", "gloo", "host", False, t, [-1])
+    with pytest.raises(RuntimeError, match="no delegate backend given"):
+        make(0, 1, None, None, "gloo", "host", False, t, [-1])
+    with pytest.raises(RuntimeError, match="the delegate backend is 'gloo', expected 'nccl'"):
+        make(0, 1, gloo, None, "nccl", "cuda", False, t, [0])
+    with pytest.raises(RuntimeError, match="the cuda path needs the nccl delegate"):
+        make(0, 1, gloo, None, "gloo", "cuda", False, t, [0])
+    with pytest.raises(ValueError, match="path must be host, staged or cuda"):
+        make(0, 1, gloo, None, "gloo", "gpu", False, t, [0])
+    pg = make(0, 1, gloo, gloo, "gloo", "host", True, t, [-1])
+    assert (pg.delegate, pg.path, pg.metadata_check) == ("gloo", "host", True)
+    del gloo  # the backend keeps its delegate alive
+    import gc
+
+    gc.collect()
+    x = torch.ones(3, device="flagos:0")
+    pg.allreduce([x]).wait()
+    assert x.cpu().tolist() == [1.0, 1.0, 1.0]
+
+
 def test_entry_points_when_installed():
     try:
         dist_meta = importlib.metadata.distribution("flagos-distributed")

@@ -142,16 +142,33 @@ def _create(dist_opts, backend_options=None):
         inner = dist.ProcessGroupGloo(PrefixStore("flagos/gloo/", store), rank, size, timeout)
         checker = inner
     else:  # nccl: built at run time, so this package needs no CUDA to build
+        cur = torch.flagos.current_device()
+        cuda_index = native_index[cur]
+        if cuda_index is None or cuda_index < 0 or cuda_index >= torch.cuda.device_count():
+            raise RuntimeError(
+                f"ProcessGroupFlagOS: flagos:{cur} has no CUDA device under it (native device "
+                f"index {cuda_index}, torch sees {torch.cuda.device_count()} CUDA devices)")
         # ProcessGroupNCCL guesses its device from the current CUDA device (barrier,
         # communicator setup): make it the CUDA device under the current flagos device.
-        torch.cuda.set_device(native_index[torch.flagos.current_device()])
+        torch.cuda.set_device(cuda_index)
         opts = dist.ProcessGroupNCCL.Options()
         opts._timeout = timeout
+        # Named and ranked like the NCCL groups torch makes itself, under a name of its own
+        # (torch's registries and the flight recorder key on it).
+        ranks = list(getattr(dist_opts, "global_ranks_in_group", None) or [])
+        if ranks and hasattr(opts, "global_ranks_in_group"):
+            opts.global_ranks_in_group = ranks
+        if hasattr(opts, "group_name"):
+            opts.group_name = f"{getattr(dist_opts, 'group_id', '') or ''}:flagos"
         inner = dist.ProcessGroupNCCL(PrefixStore("flagos/nccl/", store), rank, size, opts)
         checker = None
         if check:
             checker = dist.ProcessGroupGloo(PrefixStore("flagos/check/", store), rank, size,
                                             timeout)
+    expected = dist.ProcessGroupGloo if delegate.name == "gloo" else dist.ProcessGroupNCCL
+    if not isinstance(inner, expected):
+        raise TypeError(f"ProcessGroupFlagOS: could not create the {delegate.name} delegate "
+                        f"(got {type(inner).__name__})")
     pg = ProcessGroupFlagOS(rank, size, inner, checker, delegate.name, delegate.path, check,
                             timeout, native_index)
     logger.info("ProcessGroupFlagOS rank %d/%d group %s: delegate %s, path %s, metadata check "
