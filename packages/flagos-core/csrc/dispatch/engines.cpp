@@ -47,17 +47,41 @@ void check_supported_result(const at::Tensor& t, const c10::OperatorHandle& op) 
       " tensor; flagos supports only strided, non-quantized tensors (layout not supported)");
 }
 
+// Operator identities compared on every routed call: the OperatorName of a registered
+// operator lives as long as the process, so its address identifies the operator.
+struct KnownOps {
+  const c10::OperatorName* conv_overrideable;
+  const c10::OperatorName* conv_backward_overrideable;
+  const c10::OperatorName* conv;
+  const c10::OperatorName* conv_backward;
+  const c10::OperatorName* native_batch_norm;
+};
+
+const KnownOps& known_ops() {
+  static const KnownOps ops = [] {
+    auto& d = c10::Dispatcher::singleton();
+    auto name_of = [&](const char* n) {
+      return &d.findSchemaOrThrow(n, "").operator_name();
+    };
+    return KnownOps{name_of("aten::convolution_overrideable"),
+                    name_of("aten::convolution_backward_overrideable"),
+                    name_of("aten::convolution"), name_of("aten::convolution_backward"),
+                    name_of("aten::native_batch_norm")};
+  }();
+  return ops;
+}
+
 // A PrivateUse1 backend receives some ops in place of the native ones (convolution goes to
 // the *_overrideable hooks); the twin/CPU kernels exist only for the native op. Rewrites the
 // stack for the native op and returns it.
 const c10::OperatorHandle& native_equivalent(const c10::OperatorHandle& op,
                                              torch::jit::Stack* stack) {
-  const auto& name = op.operator_name();
-  if (name.name == "aten::convolution_overrideable") {
+  const c10::OperatorName* name = &op.operator_name();
+  if (name == known_ops().conv_overrideable) {
     static auto conv = c10::Dispatcher::singleton().findSchemaOrThrow("aten::convolution", "");
     return conv;  // same arguments
   }
-  if (name.name == "aten::convolution_backward_overrideable") {
+  if (name == known_ops().conv_backward_overrideable) {
     static auto bw = c10::Dispatcher::singleton().findSchemaOrThrow("aten::convolution_backward", "");
     // (grad_output, input, weight, stride, padding, dilation, transposed, output_padding,
     //  groups, output_mask): convolution_backward takes bias_sizes after weight.
@@ -99,10 +123,9 @@ class ConvLayout {
   // arguments the prediction does not cover (the op then keeps the kernel's layout).
   static std::optional<ConvLayout> predict(const c10::OperatorHandle& op,
                                            const torch::jit::Stack& stack) {
-    const auto& name = op.operator_name();
-    if (!name.overload_name.empty()) return std::nullopt;
-    bool backward = name.name == "aten::convolution_backward";
-    if (!backward && name.name != "aten::convolution") return std::nullopt;
+    const c10::OperatorName* name = &op.operator_name();
+    bool backward = name == known_ops().conv_backward;
+    if (!backward && name != known_ops().conv) return std::nullopt;
     size_t n = op.schema().arguments().size();
     if (stack.size() < n) return std::nullopt;
     auto arg = [&](size_t k) -> const c10::IValue& { return stack[stack.size() - n + k]; };
@@ -396,7 +419,7 @@ void run_cpu(const c10::OperatorHandle& requested, torch::jit::Stack* stack,
   // not optional; native_batch_norm updates running_mean/var (arguments 3, 4) without saying
   // so. Hand it CPU copies of those and write them back here.
   std::vector<std::pair<at::Tensor, at::Tensor>> written_back;
-  bool batch_norm = op.operator_name().name == "aten::native_batch_norm";
+  bool batch_norm = &op.operator_name() == known_ops().native_batch_norm;
   for (size_t i = 0; i < n; ++i) {
     auto& v = (*stack)[base + i];
     const auto& alias = arguments[i].alias_info();
