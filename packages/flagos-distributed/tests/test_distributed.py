@@ -21,7 +21,9 @@ import torch.distributed as dist
 
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "_dist_worker.py"
-PKG_PYTHON = HERE.parent / "python"
+# The ranks import flagos_distributed from where this test process did (the installed
+# package, or the source tree in a development run with an in-place build).
+PKG_PYTHON = Path(fd.__file__).resolve().parent.parent
 
 
 def _free_port() -> int:
