@@ -105,12 +105,20 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def build(session: nox.Session) -> None:
-    """A wheel per package into dist/."""
-    session.install(TORCH_CPU, *BUILD_TOOLS, "build")
+    """A wheel per package into dist/ (each installed after it is built: the compiled
+    packages build against the installed torch and flagos-hal headers)."""
+    import tomllib
+
+    session.install(TORCH_CPU, *BUILD_TOOLS)
+    dist = ROOT / "dist"
     for pkg in PACKAGES + ["packages/meta/flagos-sim", "packages/meta/flagos-nvidia"]:
-        if (ROOT / pkg / "pyproject.toml").exists():
-            session.run("python", "-m", "pip", "wheel", "--no-build-isolation", "--no-deps",
-                        "-w", str(ROOT / "dist"), f"./{pkg}")
+        pyproject = ROOT / pkg / "pyproject.toml"
+        if not pyproject.exists():
+            continue
+        session.run("python", "-m", "pip", "wheel", "--no-build-isolation", "--no-deps",
+                    "-w", str(dist), f"./{pkg}")
+        name = tomllib.loads(pyproject.read_text())["project"]["name"]
+        session.install("--no-deps", "--no-index", "--find-links", str(dist), name)
 
 
 @nox.session
