@@ -410,3 +410,31 @@ def test_copying_path_writes_back_mutated_arguments():
                        check=False, timeout=120)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "ok ['cpu']" in p.stdout
+
+
+def test_repeated_calls_reuse_aliases_without_keeping_memory() -> None:
+    """The twin engine's per-thread alias cache: results stay right when the same tensors
+    come back, when one tensor is passed twice, when an out= tensor is resized, and when
+    a freed storage's memory is handed out again; the cache holds no flagos memory."""
+    dev = torch.device("flagos", 0)
+    torch.flagos.synchronize()
+    start = torch.flagos.memory_allocated(0)
+    a_cpu, b_cpu = torch.randn(16, 16), torch.randn(16, 16)
+    a, b = a_cpu.to(dev), b_cpu.to(dev)
+    out = torch.empty(16, 16, device=dev)
+    for _ in range(3):
+        torch.add(a, b, out=out)
+        torch.testing.assert_close(out.cpu(), a_cpu + b_cpu)
+        torch.testing.assert_close((a * a).cpu(), a_cpu * a_cpu)
+    grow = torch.empty(0, device=dev)
+    for n in (4, 64, 4):  # out= resized up (new storage) and down (same storage)
+        torch.add(a.flatten()[:n], 1, out=grow)
+        torch.testing.assert_close(grow.cpu(), a_cpu.flatten()[:n] + 1)
+    for i in range(20):  # storages freed and reallocated at the same addresses
+        x = torch.full((8, 8), float(i), device=dev)
+        torch.testing.assert_close((x + 1).cpu(), torch.full((8, 8), i + 1.0))
+        y = torch.full((4, 16), float(-i), device=dev)
+        torch.testing.assert_close((y * 2).cpu(), torch.full((4, 16), -2.0 * i))
+    del a, b, out, grow, x, y
+    torch.flagos.synchronize()
+    assert torch.flagos.memory_allocated(0) == start

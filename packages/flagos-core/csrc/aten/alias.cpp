@@ -87,12 +87,17 @@ bool host_addressable(c10::DeviceIndex device) {
   return twin_device_type(device) == c10::DeviceType::CPU;
 }
 
-at::Tensor alias_as(const at::Tensor& t, c10::Device twin) {
+namespace {
+void borrowed(void*) {}
+
+at::Tensor make_alias(const at::Tensor& t, c10::Device twin, bool owning) {
   const c10::Storage& storage = t.storage();
   auto* impl = storage.unsafeGetStorageImpl();
-  c10::DataPtr dp(storage.mutable_data(),
-                  c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(impl).release(),
-                  &release_alias, twin);
+  c10::DataPtr dp = owning
+      ? c10::DataPtr(storage.mutable_data(),
+                     c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(impl).release(),
+                     &release_alias, twin)
+      : c10::DataPtr(storage.mutable_data(), impl, &borrowed, twin);
   c10::Allocator* twin_alloc = c10::GetAllocator(twin.type());
   c10::Storage alias_storage(c10::Storage::use_byte_size_t(), storage.sym_nbytes(), std::move(dp),
                              twin_alloc, /*resizable=*/true);
@@ -102,6 +107,37 @@ at::Tensor alias_as(const at::Tensor& t, c10::Device twin) {
   out.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
   if (t.unsafeGetTensorImpl()->is_wrapped_number()) out.unsafeGetTensorImpl()->set_wrapped_number(true);
   return out;
+}
+
+// Whether `cached` is an exact alias of `t` on `twin`, held by nobody but the cache.
+bool reusable(const at::Tensor& cached, const at::Tensor& t, c10::Device twin) {
+  if (!cached.defined() || cached.use_count() != 1 || cached.storage().use_count() != 1) {
+    return false;
+  }
+  const c10::Storage& a = cached.storage();
+  const c10::Storage& s = t.storage();
+  return a.data_ptr().get_context() == s.unsafeGetStorageImpl() && a.data() == s.data() &&
+         a.nbytes() == s.nbytes() && cached.device() == twin && cached.dtype() == t.dtype() &&
+         cached.storage_offset() == t.storage_offset() && cached.sizes().equals(t.sizes()) &&
+         cached.strides().equals(t.strides()) && !cached.is_conj() && !cached.is_neg() &&
+         cached.unsafeGetTensorImpl()->is_wrapped_number() ==
+             t.unsafeGetTensorImpl()->is_wrapped_number();
+}
+}  // namespace
+
+at::Tensor alias_as(const at::Tensor& t, c10::Device twin) { return make_alias(t, twin, true); }
+
+at::Tensor borrowed_alias(const at::Tensor& t, c10::Device twin) {
+  // A small per-thread cache: the same tensors come back op after op (weights, running
+  // activations), and making an alias costs two allocations. Cached aliases do not own
+  // the flagos storage (no memory is kept alive by the cache); one is reused only when
+  // nothing else holds it and it still describes exactly t's bytes and geometry.
+  thread_local std::array<at::Tensor, 64> cache;
+  auto key = reinterpret_cast<uintptr_t>(t.storage().unsafeGetStorageImpl()) >> 4;
+  key ^= static_cast<uintptr_t>(t.storage_offset()) * 0x9e3779b1u ^ t.dim();
+  at::Tensor& slot = cache[key % cache.size()];
+  if (!reusable(slot, t, twin)) slot = make_alias(t, twin, false);
+  return slot;
 }
 
 at::Tensor flagos_view_of(const at::Tensor& original, const at::Tensor& view) {

@@ -16,6 +16,9 @@ bool host_addressable(c10::DeviceIndex device);
 // `t` (on flagos) viewed as a tensor of `twin`, same sizes, strides, offset and bytes.
 // The alias keeps `t`'s storage alive. Resizable: a kernel may reallocate it (out=).
 at::Tensor alias_as(const at::Tensor& t, c10::Device twin);
+// Like alias_as, but the alias does not keep `t`'s storage alive: for use within one op
+// call while the caller holds `t`. Served from a per-thread cache when possible.
+at::Tensor borrowed_alias(const at::Tensor& t, c10::Device twin);
 // A flagos tensor sharing `original`'s storage with `view`'s geometry (view of an alias).
 at::Tensor flagos_view_of(const at::Tensor& original, const at::Tensor& view);
 // Waits for the current stream of `device` so that host code can touch its memory.

@@ -234,8 +234,10 @@ class TwinCall {
   at::Tensor to_twin(const at::Tensor& t) {
     if (!is_flagos(t)) return t;
     devices_ |= uint64_t{1} << t.device().index();
-    auto a = alias_as(t, c10::Device(twin_, twin_index(t.device().index())));
-    // Lazy conjugate/negative views (ops that handle them, e.g. mm, reach us unresolved).
+    c10::Device twin(twin_, twin_index(t.device().index()));
+    // Lazy conjugate/negative views (ops that handle them, e.g. mm, reach us unresolved)
+    // get an alias of their own carrying the bits; the others may come from the cache.
+    at::Tensor a = t.is_conj() || t.is_neg() ? alias_as(t, twin) : borrowed_alias(t, twin);
     if (t.is_conj()) a._set_conj(true);
     if (t.is_neg()) a._set_neg(true);
     originals_.push_back(t);
