@@ -116,7 +116,6 @@ class DevicePool {
     }
     block->allocated = true;
     block->requested = requested;
-    active_[block->ptr] = block;
     stat_update(stats_, &DeviceStats::allocation, small, 1);
     stat_update(stats_, &DeviceStats::allocated_bytes, small, block->size);
     stat_update(stats_, &DeviceStats::active, small, 1);
@@ -125,12 +124,11 @@ class DevicePool {
     return block;
   }
 
-  void free(void* ptr) {
+  // `block` is the DataPtr context of an allocation; allocated blocks are never merged
+  // away, so the pointer stays valid until this call.
+  void free(Block* block) {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto it = active_.find(ptr);
-    TORCH_INTERNAL_ASSERT(it != active_.end(), "flagos allocator: freeing an unknown pointer");
-    Block* block = it->second;
-    active_.erase(it);
+    TORCH_INTERNAL_ASSERT(block->allocated, "flagos allocator: freeing a block twice");
     block->allocated = false;
     stat_update(stats_, &DeviceStats::allocation, block->small, -1);
     stat_update(stats_, &DeviceStats::allocated_bytes, block->small, -int64_t(block->size));
@@ -192,11 +190,9 @@ class DevicePool {
     stat_update(stats_, &DeviceStats::requested_bytes, small, -int64_t(requested));
   }
 
-  void record_stream(void* ptr, c10::StreamId stream) {
+  void record_stream(Block* block, c10::StreamId stream) {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto it = active_.find(ptr);
-    if (it == active_.end()) return;
-    if (stream != it->second->stream) it->second->stream_uses.insert(stream);
+    if (block->allocated && stream != block->stream) block->stream_uses.insert(stream);
   }
 
   void empty_cache() {
@@ -384,7 +380,6 @@ class DevicePool {
   std::mutex mutex_;
   std::set<Block*, BlockLess> small_, large_;
   std::set<Block*> segments_;  // first block of each segment
-  std::unordered_map<void*, Block*> active_;
   std::vector<std::pair<flagos_event_t, Block*>> pending_;
   std::unordered_map<void*, std::pair<size_t, size_t>> passthrough_sizes_;  // (size, requested)
   DeviceStats stats_;
@@ -395,7 +390,7 @@ bool passthrough_from_env() {
   return v && std::string(v) == "passthrough";
 }
 
-// DataPtr context: what the deleter needs to hand the block back.
+// DataPtr context of passthrough allocations: what the deleter needs to free them.
 struct Context {
   c10::DeviceIndex device;
   void* ptr;
@@ -413,8 +408,9 @@ class FlagosAllocator final : public c10::DeviceAllocator {
       void* ptr = pool(device).malloc_passthrough(n);
       return c10::DataPtr(ptr, new Context{device, ptr}, &passthrough_delete, dev);
     }
+    // The block itself is the context: freeing needs no lookup and no extra allocation.
     Block* block = pool(device).malloc(n, current_stream(device).id());
-    return c10::DataPtr(block->ptr, new Context{device, block->ptr}, &cached_delete, dev);
+    return c10::DataPtr(block->ptr, block, &cached_delete, dev);
   }
 
   c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
@@ -433,9 +429,9 @@ class FlagosAllocator final : public c10::DeviceAllocator {
   }
 
   void recordStream(const c10::DataPtr& ptr, c10::Stream stream) override {
-    auto* ctx = static_cast<Context*>(ptr.get_context());
-    if (!ctx || passthrough_ || ptr.get_deleter() != &cached_delete) return;
-    pool(ctx->device).record_stream(ptr.get(), stream.id());
+    if (ptr.get_deleter() != &cached_delete || !ptr.get_context()) return;
+    auto* block = static_cast<Block*>(ptr.get_context());
+    pool(block->device).record_stream(block, stream.id());
   }
 
   DeviceStats getDeviceStats(c10::DeviceIndex device) override { return pool(device).stats(); }
@@ -466,9 +462,9 @@ class FlagosAllocator final : public c10::DeviceAllocator {
  private:
   static void noop_delete(void*) {}
   static void cached_delete(void* ctx_ptr) {
-    std::unique_ptr<Context> ctx(static_cast<Context*>(ctx_ptr));
     if (in_forked_child()) return;  // the parent's device memory: leak it, never touch the HAL
-    instance().pool(ctx->device).free(ctx->ptr);
+    auto* block = static_cast<Block*>(ctx_ptr);
+    instance().pool(block->device).free(block);
   }
   static void passthrough_delete(void* ctx_ptr) {
     std::unique_ptr<Context> ctx(static_cast<Context*>(ctx_ptr));
