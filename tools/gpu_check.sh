@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds flagos against the GPU machine's own torch and runs the CUDA checks, logging under
-# $OUT (the device tool's output folder). Wheels the machine lacks are carried in .whl/.
+# $OUT (the device tool's output folder). Wheels the machine lacks are carried in .whl/
+# (tools/fetch_gpu_wheels.sh fetches them; name .whl in the run's carry).
 # Usage: tools/gpu_check.sh STEP...   steps: build conformance demo bench sweep tests
 #        compile dist
 set -uo pipefail
