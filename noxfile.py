@@ -16,7 +16,7 @@ import nox
 
 ROOT = pathlib.Path(__file__).parent
 nox.options.default_venv_backend = "venv"
-nox.options.sessions = ["tests"]
+nox.options.sessions = ["lint", "tests(hw='sim')"]
 nox.options.reuse_existing_virtualenvs = False
 
 # The CPU machines take this build from local disk; newer ranges pull a CUDA build.

@@ -2,8 +2,8 @@
 # Builds flagos against the GPU machine's own torch and runs the CUDA checks, logging under
 # $OUT (the device tool's output folder). Wheels the machine lacks are carried in .whl/
 # (tools/fetch_gpu_wheels.sh fetches them; name .whl in the run's carry).
-# Usage: tools/gpu_check.sh STEP...   steps: build conformance demo bench sweep tests
-#        compile dist
+# Usage: tools/gpu_check.sh STEP...   steps: build conformance demo bench model sweep tests
+#        nox compile dist
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:-/tmp/flagos-out}; mkdir -p "$OUT"
@@ -28,6 +28,8 @@ for s in "$@"; do
     model) step model; FLAGOS_HAL=cuda timeout 150 python3 -m flagos.bench --only model 2>&1 | tee "$OUT/model.log" ;;
     sweep) step sweep; FLAGOS_HAL=cuda timeout 420 python3 integration_tests/opinfo_sweep.py --route boxing \
              --max-samples 3 --jobs 14 --json "$OUT/sweep-cuda.json" > "$OUT/sweep.log" 2>&1; tail -40 "$OUT/sweep.log" ;;
+    nox) step nox; PIP_NO_INDEX=1 PIP_FIND_LINKS="$PWD/.whl" timeout 580 python3 -m nox -s "tests(hw='cuda')" \
+             2>&1 | tee "$OUT/nox.log" | tail -40 ;;
     tests) step tests; FLAGOS_HAL=cuda FLAGOS_TEST_HW=cuda timeout 540 python3 -m pytest -q -x -p no:cacheprovider \
              --import-mode=importlib --durations=10 packages/*/tests integration_tests 2>&1 | tee "$OUT/tests.log" | tail -40 ;;
     compile) step compile; FLAGOS_HAL=cuda timeout ${COMPILE_TIMEOUT:-400} python3 packages/flagos-compile/benchmarks/compile_speedup.py --device cuda \
