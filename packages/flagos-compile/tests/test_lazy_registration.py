@@ -1,0 +1,32 @@
+"""The flagos.plugins entry point registers on first use of Dynamo, not at import torch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import flagos_compile
+
+PKG_PYTHON = Path(flagos_compile.__file__).resolve().parent.parent
+
+
+def test_registers_after_dynamo_is_imported_not_before() -> None:
+    code = "\n".join([
+        "import sys",
+        f"sys.path.insert(0, {str(PKG_PYTHON)!r})",
+        "import torch, flagos",
+        "import _flagos_compile_lazy as lazy",
+        "lazy.install()",
+        "assert 'flagos_compile' not in sys.modules, 'registered too early'",
+        "m = torch.nn.Linear(8, 8).to('flagos')",
+        "x = torch.randn(4, 8, device='flagos')",
+        "y = torch.compile(m)(x)",  # imports torch._dynamo: registration happens here
+        "import flagos_compile",
+        "assert flagos_compile.is_registered()",
+        "torch.testing.assert_close(y.cpu(), m(x).cpu())",
+        "print('ok')",
+    ])
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
+                         timeout=300)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stdout + out.stderr
