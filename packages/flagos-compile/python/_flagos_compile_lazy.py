@@ -1,11 +1,14 @@
 """The ``flagos.plugins`` entry point of flagos-compile: registration on first use.
 
 Registering flagos with Dynamo and Inductor imports both (about 1.5 s), and flagos
-plugins load during ``import torch``. So this plugin only watches for ``torch._dynamo``
-to be imported (which ``torch.compile`` does) and registers right after that import
-completes; if it is imported already, it registers at once. ``import flagos_compile``
-still registers eagerly. This module lives outside the package so that loading it does
-not import the package.
+plugins load during ``import torch``. So this plugin waits for the first compilation:
+when ``torch._dynamo`` has been imported (which ``torch.compile`` does), it adds a
+callback through Dynamo's ``on_compile_start`` extension point, and that callback
+registers flagos-compile. Registering from inside an import would be fragile:
+``torch._dynamo`` is often imported halfway through ``torch._inductor`` or ``torch.fx``
+modules, and registration imports those. At the start of a compilation no import is in
+progress. ``import flagos_compile`` still registers eagerly. This module lives outside
+the package so that loading it does not import the package.
 """
 
 from __future__ import annotations
@@ -20,15 +23,20 @@ _WATCHED = "torch._dynamo"
 _lock = threading.Lock()
 
 
-def _register() -> None:
+def _register(_args: object = None) -> None:
     import flagos_compile
 
     flagos_compile.register()
 
 
+def _on_compile_start(dynamo) -> None:  # dynamo: the torch._dynamo module
+    # Only touches what torch._dynamo's own import has loaded: no import happens here.
+    dynamo.callback.on_compile_start(_register)
+
+
 class _RegisterAfterDynamo(importlib.abc.MetaPathFinder):
-    """Finds nothing itself; wraps the loader of torch._dynamo so that flagos-compile
-    registers once that module has executed."""
+    """Finds nothing itself; wraps the loader of torch._dynamo so that, once that module
+    has executed, flagos-compile registers at the start of the first compilation."""
 
     def find_spec(self, name, path=None, target=None):
         if name != _WATCHED:
@@ -44,16 +52,16 @@ class _RegisterAfterDynamo(importlib.abc.MetaPathFinder):
 
         def exec_then_register(module) -> None:
             exec_module(module)
-            _register()
+            _on_compile_start(module)
 
         loader.exec_module = exec_then_register  # type: ignore[method-assign]
         return spec
 
 
 def install() -> None:
-    """Register now if Dynamo is loaded, else when it first is."""
-    if _WATCHED in sys.modules:
-        _register()
+    """Arrange for registration at the first compilation."""
+    if _WATCHED in sys.modules and hasattr(sys.modules[_WATCHED], "callback"):
+        _on_compile_start(sys.modules[_WATCHED])
         return
     with _lock:
         if not any(isinstance(f, _RegisterAfterDynamo) for f in sys.meta_path):
