@@ -55,6 +55,17 @@ def _use_system_torch(session: nox.Session) -> None:
     CUDA build of torch lives (it cannot be pip-installed there: no network)."""
     session.run(sys.executable, "-m", "venv", "--system-site-packages", "--clear",
                 session.virtualenv.location, external=True, silent=True)
+    # A venv made from inside another venv (GPU images keep torch in one) sees the base
+    # interpreter's packages, not that venv's: point it at the directory that holds torch.
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    if spec is not None and spec.origin:
+        torch_site = pathlib.Path(spec.origin).resolve().parent.parent
+        purelib = session.run("python", "-c",
+                              "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+                              silent=True).strip()
+        (pathlib.Path(purelib) / "flagos-system-torch.pth").write_text(f"{torch_site}\n")
 
 
 def _prepare(session: nox.Session) -> str:
