@@ -18,19 +18,6 @@ namespace {
 
 bool is_flagos(const at::Tensor& t) { return t.device().type() == c10::DeviceType::PrivateUse1; }
 
-// Bytes [first, last) of the storage that `t`'s elements touch, as offsets.
-std::pair<size_t, size_t> byte_span(const at::Tensor& t) {
-  if (t.numel() == 0) return {0, 0};
-  int64_t lo = t.storage_offset(), hi = t.storage_offset();
-  for (int64_t d = 0; d < t.dim(); ++d) {
-    int64_t extent = (t.size(d) - 1) * t.stride(d);
-    if (extent < 0) lo += extent;
-    else hi += extent;
-  }
-  size_t item = t.element_size();
-  return {static_cast<size_t>(lo) * item, static_cast<size_t>(hi + 1) * item};
-}
-
 void hal_copy(c10::DeviceIndex device, void* dst, const void* src, size_t bytes,
               flagos_memcpy_kind_t kind, bool non_blocking, const void* pinned_host) {
   if (bytes == 0) return;
@@ -165,6 +152,19 @@ void copy_with_twin(const at::Tensor& src, const at::Tensor& dst, bool src_is_fl
 }
 
 }  // namespace
+
+// Bytes [first, last) of the storage that `t`'s elements touch, as offsets.
+std::pair<size_t, size_t> byte_span(const at::Tensor& t) {
+  if (t.numel() == 0) return {0, 0};
+  int64_t lo = t.storage_offset(), hi = t.storage_offset();
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    int64_t extent = (t.size(d) - 1) * t.stride(d);
+    if (extent < 0) lo += extent;
+    else hi += extent;
+  }
+  size_t item = t.element_size();
+  return {static_cast<size_t>(lo) * item, static_cast<size_t>(hi + 1) * item};
+}
 
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   TORCH_CHECK(at::is_expandable_to(self.sizes(), dst.sizes()) || self.numel() == dst.numel(),

@@ -154,17 +154,9 @@ at::Tensor& zero_(at::Tensor& self) {
     // One HAL memset over the span, queued on the current stream.
     auto device = self.device().index();
     const auto& hal = hal_of(device);
-    auto sizes = self.sizes();
-    auto strides = self.strides();
-    int64_t lo = self.storage_offset(), hi = self.storage_offset();
-    for (size_t d = 0; d < sizes.size(); ++d) {
-      int64_t extent = (sizes[d] - 1) * strides[d];
-      if (extent < 0) lo += extent;
-      else hi += extent;
-    }
-    size_t item = self.element_size();
-    char* base = static_cast<char*>(self.storage().mutable_data()) + lo * item;
-    FLAGOS_HAL_CHECK(hal, hal.memset_async(base, 0, (hi - lo + 1) * item,
+    auto [lo, hi] = byte_span(self);
+    char* base = static_cast<char*>(self.storage().mutable_data()) + lo;
+    FLAGOS_HAL_CHECK(hal, hal.memset_async(base, 0, hi - lo,
                                            hal_stream(current_stream(device))));
     return self;
   }

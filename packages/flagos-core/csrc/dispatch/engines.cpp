@@ -9,12 +9,14 @@
 #include <ATen/native/ConvUtils.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/SmallVector.h>
 
 #include "aten/alias.h"
 #include "dispatch/dispatcher.h"
 #include "runtime/generator.h"
+#include "runtime/resize.h"
 #include "runtime/stream.h"
 
 namespace flagos {
@@ -55,18 +57,23 @@ struct KnownOps {
   const c10::OperatorName* conv;
   const c10::OperatorName* conv_backward;
   const c10::OperatorName* native_batch_norm;
+  c10::OperatorHandle conv_handle;
+  c10::OperatorHandle conv_backward_handle;
 };
 
 const KnownOps& known_ops() {
   static const KnownOps ops = [] {
     auto& d = c10::Dispatcher::singleton();
-    auto name_of = [&](const char* n) {
-      return &d.findSchemaOrThrow(n, "").operator_name();
-    };
+    auto conv = d.findSchemaOrThrow("aten::convolution", "");
+    auto conv_backward = d.findSchemaOrThrow("aten::convolution_backward", "");
+    auto name_of = [&](const char* n) { return &d.findSchemaOrThrow(n, "").operator_name(); };
     return KnownOps{name_of("aten::convolution_overrideable"),
                     name_of("aten::convolution_backward_overrideable"),
-                    name_of("aten::convolution"), name_of("aten::convolution_backward"),
-                    name_of("aten::native_batch_norm")};
+                    &conv.operator_name(),
+                    &conv_backward.operator_name(),
+                    name_of("aten::native_batch_norm"),
+                    conv,
+                    conv_backward};
   }();
   return ops;
 }
@@ -77,12 +84,8 @@ const KnownOps& known_ops() {
 const c10::OperatorHandle& native_equivalent(const c10::OperatorHandle& op,
                                              torch::jit::Stack* stack) {
   const c10::OperatorName* name = &op.operator_name();
-  if (name == known_ops().conv_overrideable) {
-    static auto conv = c10::Dispatcher::singleton().findSchemaOrThrow("aten::convolution", "");
-    return conv;  // same arguments
-  }
+  if (name == known_ops().conv_overrideable) return known_ops().conv_handle;  // same arguments
   if (name == known_ops().conv_backward_overrideable) {
-    static auto bw = c10::Dispatcher::singleton().findSchemaOrThrow("aten::convolution_backward", "");
     // (grad_output, input, weight, stride, padding, dilation, transposed, output_padding,
     //  groups, output_mask): convolution_backward takes bias_sizes after weight.
     size_t base = stack->size() - 10;
@@ -91,7 +94,7 @@ const c10::OperatorHandle& native_equivalent(const c10::OperatorHandle& op,
     int64_t groups = (*stack)[base + 8].toInt();
     int64_t channels = transposed ? weight.size(1) * groups : weight.size(0);
     stack->insert(stack->begin() + base + 3, c10::IValue(std::vector<int64_t>{channels}));
-    return bw;
+    return known_ops().conv_backward_handle;
   }
   return op;
 }
@@ -227,6 +230,32 @@ class ConvLayout {
   at::MemoryFormat meta_fmt_ = at::MemoryFormat::Contiguous;  // the backward meta kernel's
 };
 
+// Makes the twin device current and its current stream the twin stream under the given
+// flagos stream (its native handle; c10 names an external CUDA stream by that handle as
+// its stream id), restoring both on scope exit, also when the kernel throws.
+class TwinStreamGuard {
+ public:
+  TwinStreamGuard(c10::Device twin, const c10::Stream& flagos_stream)
+      : impl_(c10::impl::getDeviceGuardImpl(twin.type())),
+        prev_device_(impl_->exchangeDevice(twin)),
+        prev_stream_(impl_->exchangeStream(c10::Stream(
+            c10::Stream::UNSAFE, twin,
+            static_cast<c10::StreamId>(reinterpret_cast<intptr_t>(
+                c10::impl::getDeviceGuardImpl(kFlagos)->getStreamNativeHandle(
+                    flagos_stream)))))) {}
+  ~TwinStreamGuard() {
+    impl_->exchangeStream(prev_stream_);
+    impl_->exchangeDevice(prev_device_);
+  }
+  TwinStreamGuard(const TwinStreamGuard&) = delete;
+  TwinStreamGuard& operator=(const TwinStreamGuard&) = delete;
+
+ private:
+  const c10::impl::DeviceGuardImplInterface* impl_;
+  c10::Device prev_device_;
+  c10::Stream prev_stream_;
+};
+
 class TwinCall {
  public:
   TwinCall(c10::DeviceIndex device, c10::DeviceType twin) : device_(device), twin_(twin) {}
@@ -284,25 +313,11 @@ class TwinCall {
       }
       op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
     } else {
-      // The twin kernel runs on the twin stream that is the current flagos stream.
-      // External CUDA streams are named by their handle as the c10 stream id.
-      auto* twin_guard = c10::impl::getDeviceGuardImpl(twin_);
-      void* handle = c10::impl::getDeviceGuardImpl(kFlagos)->getStreamNativeHandle(
-          current_stream(device_));
       c10::Device twin_dev(twin_, twin_index(device_));
-      auto prev_dev = twin_guard->exchangeDevice(twin_dev);
-      auto prev = twin_guard->exchangeStream(c10::Stream(
-          c10::Stream::UNSAFE, twin_dev, static_cast<c10::StreamId>(reinterpret_cast<intptr_t>(handle))));
-      try {
-        op.redispatchBoxed(c10::DispatchKeySet(c10::computeDispatchKey(std::nullopt, std::nullopt, twin_dev)),
-                           stack);
-      } catch (...) {
-        twin_guard->exchangeStream(prev);
-        twin_guard->exchangeDevice(prev_dev);
-        throw;
-      }
-      twin_guard->exchangeStream(prev);
-      twin_guard->exchangeDevice(prev_dev);
+      TwinStreamGuard on_flagos_stream(twin_dev, current_stream(device_));
+      op.redispatchBoxed(
+          c10::DispatchKeySet(c10::computeDispatchKey(std::nullopt, std::nullopt, twin_dev)),
+          stack);
     }
     fix_mutated();
     const auto& returns = op.schema().returns();
@@ -336,13 +351,17 @@ class TwinCall {
         o.unsafeGetTensorImpl()->set_sizes_and_strides(a.sizes(), a.strides(), a.storage_offset());
         continue;
       }
-      // The twin reallocated the storage: grow the flagos tensor and copy the values in.
-      o.resize_(a.sizes());
-      if (!o.strides().equals(a.strides()) && a.is_non_overlapping_and_dense()) {
-        o.set_(o.storage(), 0, a.sizes(), a.strides());
-        if (o.storage().nbytes() < a.storage().nbytes()) o.resize_(a.sizes());
+      // The twin reallocated the storage: give the flagos storage room for the twin's
+      // geometry (strides included), take that geometry, and copy the values in.
+      size_t needed = a.numel() == 0 ? 0
+          : at::detail::computeStorageNbytes(a.sizes(), a.strides(), a.element_size(),
+                                             a.storage_offset());
+      if (needed > o.storage().nbytes()) {
+        c10::DeviceGuard on_device(o.device());
+        resize_storage_bytes(o.storage(), needed);
       }
-      alias_as(o, a.device()).copy_(a);
+      o.unsafeGetTensorImpl()->set_sizes_and_strides(a.sizes(), a.strides(), a.storage_offset());
+      borrowed_alias(o, a.device()).copy_(a);
     }
   }
 
@@ -367,7 +386,7 @@ class TwinCall {
     if (want) out = at::empty_strided(t.sizes(), *want, opts);
     else if (t.is_non_overlapping_and_dense()) out = at::empty_strided(t.sizes(), t.strides(), opts);
     else out = at::empty(t.sizes(), opts);
-    alias_as(out, t.device()).copy_(t);
+    borrowed_alias(out, t.device()).copy_(t);
     return out;
   }
 
