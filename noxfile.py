@@ -68,10 +68,10 @@ def _use_system_torch(session: nox.Session) -> None:
         (pathlib.Path(purelib) / "flagos-system-torch.pth").write_text(f"{torch_site}\n")
 
 
-def _prepare(session: nox.Session) -> str:
-    """An environment with torch and every flagos package for the HAL that FLAGOS_HAL
-    names (sim by default); returns that HAL's name."""
-    hw = os.environ.get("FLAGOS_HAL", "sim")
+def _prepare(session: nox.Session, hw: str | None = None) -> str:
+    """An environment with torch and every flagos package for HAL `hw` (default: what
+    FLAGOS_HAL names, else sim); returns that HAL's name."""
+    hw = hw or os.environ.get("FLAGOS_HAL", "sim")
     if hw == "cuda":
         _use_system_torch(session)
     _install_torch(session, hw)
@@ -83,10 +83,7 @@ def _prepare(session: nox.Session) -> str:
 @nox.parametrize("hw", ["sim", "cuda"])
 def tests(session: nox.Session, hw: str) -> None:
     """Every package's tests and the integration tests on the sim (or cuda) HAL."""
-    if hw == "cuda":
-        _use_system_torch(session)
-    _install_torch(session, hw)
-    _install_flagos(session)
+    _prepare(session, hw)
     env = {"FLAGOS_TEST_HW": hw, "FLAGOS_HAL": hw}
     session.run("python", "-m", "flagos_hal.conformance", "--hal", hw, env=env)
     if hw == "sim":

@@ -9,8 +9,9 @@ import torch
 
 @functools.cache
 def twin_of(index: int) -> str:
-    """The native twin of flagos:index: "cpu" (host memory, sim) or "cuda" (CUDA HAL)."""
-    return torch.flagos.get_device_properties(index).native_device
+    """The native twin of flagos:index: "cpu" (host memory, sim), "cuda" (CUDA HAL), or
+    "none" (opaque memory)."""
+    return torch.flagos.get_device_properties(index).twin_device
 
 
 @functools.cache

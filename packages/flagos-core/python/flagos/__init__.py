@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import torch
 
-from flagos import _runtime
 from flagos._runtime import init as _init
 
 _init()
 
-from flagos import api as _api  # noqa: F401 - torch.flagos
 from flagos import routing as routing
 from flagos._routing_backend import install as _install_routing
 from flagos.api import *
@@ -27,4 +25,4 @@ from flagos._plugins import load_plugins as _load_plugins
 _load_plugins()
 
 __version__ = "0.1.0"
-del torch, _runtime
+del torch

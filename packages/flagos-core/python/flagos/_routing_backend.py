@@ -8,22 +8,31 @@ from flagos import _C, routing
 
 
 class CppBackend:
-    """The routing Backend protocol implemented on flagos._C."""
+    """The routing Backend protocol implemented on flagos._C.
+
+    The resolver asks for the C++ providers and the devices' HALs once per (op, device)
+    it resolves; both are answered from a cache: the HALs never change in a process, and
+    the provider list only changes by a registration, which bumps the C++ routing version.
+    """
+
+    def __init__(self) -> None:
+        self._hals = [_C._device_properties(i)["hal"] for i in range(_C._device_count())]
+        self._providers: tuple[int, list[str]] = (-1, [])
 
     def bump_version(self) -> None:
         _C._bump_routing_version()
 
     def cpp_providers(self) -> list[str]:
-        return sorted(_C._providers())
+        version = _C._routing_version()
+        if self._providers[0] != version:
+            self._providers = (version, sorted(_C._providers()))
+        return self._providers[1]
 
     def register_python_provider(self, name: str, fn: Callable[..., object]) -> None:
         _C._register_provider(name, "python", _python_entry(fn))
 
-    def register_cpp_provider(self, name: str, engine: str) -> None:
-        _C._register_provider(name, engine)
-
     def device_hal_names(self) -> list[str]:
-        return [_C._device_properties(i)["hal"] for i in range(_C._device_count())]
+        return self._hals
 
     def stats(self) -> list[tuple[str, str, int, int, int]]:
         return list(_C._routing_stats())

@@ -20,7 +20,7 @@ __all__ = [
     "max_memory_reserved", "mem_get_info", "memory_allocated", "memory_reserved",
     "memory_snapshot", "memory_stats", "memory_summary", "reset_accumulated_memory_stats",
     "reset_peak_memory_stats", "seed", "seed_all", "set_device", "set_rng_state",
-    "set_rng_state_all", "set_stream", "stream", "synchronize",
+    "set_rng_state_all", "set_stream", "stream", "synchronize", "twin_device",
 ]
 
 DeviceLike = torch.device | str | int | None
@@ -102,7 +102,13 @@ def synchronize(dev: DeviceLike = None) -> None:
 
 @dataclass(frozen=True)
 class DeviceProperties:
-    """Properties of one flagos device, as its HAL reports them."""
+    """Properties of one flagos device, as its HAL reports them.
+
+    ``native_device`` is what the HAL says can address its memory ("none", "cpu" or
+    "cuda"); ``twin_device`` is the twin the flagos engines, boxing, compile and
+    distributed actually use: the same, or "none" when ``FLAGOS_NO_HOST_ALIAS`` makes every
+    HAL count as opaque. Code above the HAL decides by ``twin_device``, never by HAL name.
+    """
 
     name: str
     total_memory: int
@@ -114,12 +120,23 @@ class DeviceProperties:
     hal_device_index: int
     native_device: str
     native_device_index: int
+    twin_device: str
 
 
 def get_device_properties(dev: DeviceLike = None) -> DeviceProperties:
-    """Name, memory, compute units and HAL of a flagos device."""
-    p = _C._device_properties(_index(dev))
+    """Name, memory, compute units, HAL and twin device of a flagos device."""
+    index = _index(dev)
+    p = {**_C._device_properties(index), "twin_device": _C._twin_device(index)}
     return DeviceProperties(**{k: p[k] for k in DeviceProperties.__dataclass_fields__})
+
+
+def twin_device(dev: DeviceLike = None) -> torch.device | None:
+    """The native torch device whose kernels run on this flagos device's memory in place
+    (``cpu`` for sim, ``cuda:N`` for a CUDA-addressable HAL), or None when there is none."""
+    p = get_device_properties(dev)
+    if p.twin_device == "none":
+        return None
+    return torch.device(p.twin_device, None if p.twin_device == "cpu" else p.native_device_index)
 
 
 def get_device_name(dev: DeviceLike = None) -> str:

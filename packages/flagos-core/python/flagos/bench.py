@@ -26,10 +26,11 @@ import flagos
 
 
 def _native_device() -> torch.device:
-    props = flagos.get_device_properties(0)
-    if props.native_device == "cuda":
-        return torch.device("cuda", props.native_device_index)
-    return torch.device("cpu")
+    """The reference device: flagos:0's twin (cpu for sim, cuda:N for the cuda HAL)."""
+    twin = flagos.twin_device(0)
+    if twin is None:
+        raise SystemExit("flagos.bench compares against the twin device; flagos:0 has none")
+    return twin
 
 
 def _sync(dev: torch.device) -> None:

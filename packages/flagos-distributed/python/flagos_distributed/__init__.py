@@ -64,7 +64,7 @@ def available_delegates(index: int | None = None) -> dict[str, str | None]:
 
     if index is None:
         index = torch.flagos.current_device()
-    native = _flagos_props(index).native_device
+    native = _flagos_props(index).twin_device
     out: dict[str, str | None] = {}
     if importlib.util.find_spec("flagcx") is None:
         out["flagcx"] = "FlagCX (python package 'flagcx') is not installed"
@@ -92,7 +92,7 @@ def select_delegate(index: int | None = None) -> Delegate:
     """The delegate for groups on flagos:index (default: the current device)."""
     if index is None:
         index = torch.flagos.current_device()
-    native = _flagos_props(index).native_device
+    native = _flagos_props(index).twin_device
     forced = os.environ.get("FLAGOS_DIST_BACKEND", "auto").strip().lower() or "auto"
     if forced not in (*DELEGATES, "auto"):
         raise ValueError(f"FLAGOS_DIST_BACKEND={forced!r}: expected auto or one of {DELEGATES}")
@@ -165,10 +165,6 @@ def _create(dist_opts, backend_options=None):
         if check:
             checker = dist.ProcessGroupGloo(PrefixStore("flagos/check/", store), rank, size,
                                             timeout)
-    expected = dist.ProcessGroupGloo if delegate.name == "gloo" else dist.ProcessGroupNCCL
-    if not isinstance(inner, expected):
-        raise TypeError(f"ProcessGroupFlagOS: could not create the {delegate.name} delegate "
-                        f"(got {type(inner).__name__})")
     pg = ProcessGroupFlagOS(rank, size, inner, checker, delegate.name, delegate.path, check,
                             timeout, native_index)
     logger.info("ProcessGroupFlagOS rank %d/%d group %s: delegate %s, path %s, metadata check "

@@ -19,18 +19,18 @@ from flagos.routing import Provider
 
 __all__ = ["BoxingProvider", "coverage", "provider"]
 
-# Twin device of a HAL (as torch.flagos reports native_device) -> dispatch key name.
+# Twin device of a HAL (DeviceProperties.twin_device) -> its dispatch key name.
 _TWIN_KEYS = {"cpu": "CPU", "cuda": "CUDA"}
 
 
 @functools.cache
 def _twin_key_of_hal(hal: str) -> str | None:
     import flagos
-    from flagos import _C
 
     for i in range(flagos.device_count()):
-        if flagos.get_device_properties(i).hal == hal:
-            return _TWIN_KEYS.get(_C._twin_device(i))
+        props = flagos.get_device_properties(i)
+        if props.hal == hal:
+            return _TWIN_KEYS.get(props.twin_device)
     return None
 
 
