@@ -34,10 +34,8 @@ def _native_device() -> torch.device:
 
 
 def _sync(dev: torch.device) -> None:
-    if dev.type == "flagos":
-        flagos.synchronize(dev.index)
-    elif dev.type == "cuda":
-        torch.cuda.synchronize(dev)
+    """Wait for the device's queued work, whatever device it is (torch.<type>.synchronize)."""
+    torch.get_device_module(dev.type).synchronize(dev)
 
 
 def timeit(fn: Callable[..., object], dev: torch.device, min_time: float = 0.2,
