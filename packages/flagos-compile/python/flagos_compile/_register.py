@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch._dynamo.device_interface import register_interface_for_device
 from torch._inductor.codegen.common import (
+    get_device_op_overrides,
     register_backend_for_device,
     register_device_op_overrides,
 )
@@ -22,6 +23,10 @@ def register_all() -> None:
     for i in range(torch.flagos.device_count()):
         register_interface_for_device(f"flagos:{i}", FlagosInterface)
     register_backend_for_device("flagos", scheduling_class(), FlagosWrapperCodegen)
+    # torch loads its own device op overrides (cuda, cpu, xpu, ...) on first lookup; up to
+    # torch 2.12 only while the registry is empty, so registering flagos first left native
+    # CUDA graphs with no device guard (`with pass:`). Look one up first.
+    get_device_op_overrides("cpu")
     register_device_op_overrides("flagos", FlagosDeviceOpOverrides())
     from flagos_compile import backend
 

@@ -1,5 +1,6 @@
 #include "aten/alias.h"
 
+#include <ATen/Context.h>
 #include <ATen/ops/empty.h>
 #include <c10/core/TensorImpl.h>
 
@@ -49,6 +50,9 @@ TwinInfo& twin_info(c10::DeviceIndex device) {
         break;
       case FLAGOS_NATIVE_CUDA: {
         kind = 2;
+        // Twin kernels allocate through torch's CUDA allocator, which exists once CUDA is
+        // initialized; a process that only ever touched flagos has not done that yet.
+        at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
         flagos_device_properties_t props{};
         props.struct_size = sizeof(props);
         const auto& d = hal_device(device);
@@ -81,6 +85,12 @@ std::optional<c10::DeviceType> twin_device_type(c10::DeviceIndex device) {
 
 c10::DeviceIndex twin_device_index(c10::DeviceIndex device) {
   return static_cast<c10::DeviceIndex>(twin_info(device).index.load(std::memory_order_acquire));
+}
+
+std::optional<c10::Device> device_twin(c10::DeviceIndex device) {
+  auto twin = twin_device_type(device);
+  if (!twin || *twin == c10::DeviceType::CPU) return std::nullopt;
+  return c10::Device(*twin, twin_device_index(device));
 }
 
 bool host_addressable(c10::DeviceIndex device) {

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <ATen/Tensor.h>
+#include <c10/core/Stream.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 
 namespace flagos {
 
@@ -11,6 +13,9 @@ namespace flagos {
 std::optional<c10::DeviceType> twin_device_type(c10::DeviceIndex device);
 // The index of the twin device (cuda:N) of a flagos device, or -1 (CPU twin or none).
 c10::DeviceIndex twin_device_index(c10::DeviceIndex device);
+// The twin device (cuda:N) of a flagos device whose memory a native *device* addresses;
+// nullopt for a CPU twin (host memory) or none. Work for such a device runs there in place.
+std::optional<c10::Device> device_twin(c10::DeviceIndex device);
 // True when the memory of this flagos device can be read by the CPU in place.
 bool host_addressable(c10::DeviceIndex device);
 // `t` (on flagos) viewed as a tensor of `twin`, same sizes, strides, offset and bytes.
@@ -23,5 +28,32 @@ at::Tensor borrowed_alias(const at::Tensor& t, c10::Device twin);
 at::Tensor flagos_view_of(const at::Tensor& original, const at::Tensor& view);
 // Waits for the current stream of `device` so that host code can touch its memory.
 void sync_for_host_access(c10::DeviceIndex device);
+
+// Makes the twin device current and its current stream the twin stream under the given
+// flagos stream (its native handle; c10 names an external CUDA stream by that handle as
+// its stream id), restoring both on scope exit, also when the kernel throws. Twin work
+// issued inside is thereby ordered with the flagos work on that stream.
+class TwinStreamGuard {
+ public:
+  TwinStreamGuard(c10::Device twin, const c10::Stream& flagos_stream)
+      : impl_(c10::impl::getDeviceGuardImpl(twin.type())),
+        prev_device_(impl_->exchangeDevice(twin)),
+        prev_stream_(impl_->exchangeStream(c10::Stream(
+            c10::Stream::UNSAFE, twin,
+            static_cast<c10::StreamId>(reinterpret_cast<intptr_t>(
+                c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1)
+                    ->getStreamNativeHandle(flagos_stream)))))) {}
+  ~TwinStreamGuard() {
+    impl_->exchangeStream(prev_stream_);
+    impl_->exchangeDevice(prev_device_);
+  }
+  TwinStreamGuard(const TwinStreamGuard&) = delete;
+  TwinStreamGuard& operator=(const TwinStreamGuard&) = delete;
+
+ private:
+  const c10::impl::DeviceGuardImplInterface* impl_;
+  c10::Device prev_device_;
+  c10::Stream prev_stream_;
+};
 
 }  // namespace flagos

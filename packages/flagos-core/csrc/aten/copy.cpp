@@ -79,6 +79,19 @@ void write_from_host(const at::Tensor& dst, const at::Tensor& src, bool non_bloc
            nullptr);
 }
 
+// Both devices of one HAL whose memory a device twin addresses (CUDA): the twin's copy
+// kernel does layout, dtype and peer transfer on the current flagos stream of `dst`'s
+// device, with no round trip through the host.
+bool copy_on_device_twin(const at::Tensor& src, const at::Tensor& dst) {
+  auto sdev = src.device().index(), ddev = dst.device().index();
+  if (hal_device(sdev).hal_slot != hal_device(ddev).hal_slot) return false;
+  auto from = device_twin(sdev), to = device_twin(ddev);
+  if (!from || !to) return false;
+  TwinStreamGuard on_flagos_stream(*to, current_stream(ddev));
+  borrowed_alias(dst, *to).copy_(borrowed_alias(src, *from));
+  return true;
+}
+
 void copy_flagos_to_flagos(const at::Tensor& src, const at::Tensor& dst) {
   auto sdev = src.device().index(), ddev = dst.device().index();
   if (sdev != ddev) sync_for_host_access(sdev);  // src's producer may run on another stream
@@ -87,6 +100,7 @@ void copy_flagos_to_flagos(const at::Tensor& src, const at::Tensor& dst) {
     alias_as(dst, c10::Device(c10::kCPU)).copy_(alias_as(src, c10::Device(c10::kCPU)));
     return;
   }
+  if (copy_on_device_twin(src, dst)) return;
   if (hal_device(sdev).hal_slot == hal_device(ddev).hal_slot && same_layout(src, dst)) {
     auto [lo, hi] = byte_span(src);
     hal_copy(ddev, span_base(dst), span_base(src), hi - lo, FLAGOS_MEMCPY_DEVICE_TO_DEVICE, true,

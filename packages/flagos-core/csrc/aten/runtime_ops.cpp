@@ -142,6 +142,11 @@ at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
     alias_as(self, c10::Device(c10::kCPU)).fill_(value);
     return self;
   }
+  if (auto twin = device_twin(device)) {  // the twin's fill kernel, on the flagos stream
+    TwinStreamGuard on_flagos_stream(*twin, current_stream(device));
+    borrowed_alias(self, *twin).fill_(value);
+    return self;
+  }
   auto host = at::empty(self.sizes(), at::TensorOptions().dtype(self.scalar_type()));
   host.fill_(value);
   copy_from(host, self, false);

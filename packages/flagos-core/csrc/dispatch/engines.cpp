@@ -32,12 +32,13 @@ bool is_optional_generator(const c10::Argument& arg) {
   return t->kind() == c10::TypeKind::GeneratorType;
 }
 
-// Random ops on the CPU draw from the flagos generator's inner CPU generator.
-c10::IValue cpu_generator_for(const c10::IValue& v, c10::DeviceIndex device) {
+// Random ops on a native device draw from the flagos generator's inner generator for it
+// (the device's default flagos generator when none is given).
+c10::IValue twin_generator_for(const c10::IValue& v, c10::DeviceIndex device,
+                               c10::DeviceType twin) {
   at::Generator gen = v.isNone() ? default_generator(device) : v.toGenerator();
   if (gen.device().type() != kFlagos) return v;
-  auto* impl = gen.get<FlagosGeneratorImpl>();
-  return c10::IValue(impl->cpu_generator());
+  return c10::IValue(gen.get<FlagosGeneratorImpl>()->generator_for(twin));
 }
 
 // flagos tensors are strided; an op whose result has another layout (sparse, mkldnn) or
@@ -230,32 +231,6 @@ class ConvLayout {
   at::MemoryFormat meta_fmt_ = at::MemoryFormat::Contiguous;  // the backward meta kernel's
 };
 
-// Makes the twin device current and its current stream the twin stream under the given
-// flagos stream (its native handle; c10 names an external CUDA stream by that handle as
-// its stream id), restoring both on scope exit, also when the kernel throws.
-class TwinStreamGuard {
- public:
-  TwinStreamGuard(c10::Device twin, const c10::Stream& flagos_stream)
-      : impl_(c10::impl::getDeviceGuardImpl(twin.type())),
-        prev_device_(impl_->exchangeDevice(twin)),
-        prev_stream_(impl_->exchangeStream(c10::Stream(
-            c10::Stream::UNSAFE, twin,
-            static_cast<c10::StreamId>(reinterpret_cast<intptr_t>(
-                c10::impl::getDeviceGuardImpl(kFlagos)->getStreamNativeHandle(
-                    flagos_stream)))))) {}
-  ~TwinStreamGuard() {
-    impl_->exchangeStream(prev_stream_);
-    impl_->exchangeDevice(prev_device_);
-  }
-  TwinStreamGuard(const TwinStreamGuard&) = delete;
-  TwinStreamGuard& operator=(const TwinStreamGuard&) = delete;
-
- private:
-  const c10::impl::DeviceGuardImplInterface* impl_;
-  c10::Device prev_device_;
-  c10::Stream prev_stream_;
-};
-
 class TwinCall {
  public:
   TwinCall(c10::DeviceIndex device, c10::DeviceType twin) : device_(device), twin_(twin) {}
@@ -292,8 +267,8 @@ class TwinCall {
       auto d = v.toDevice().has_index() ? v.toDevice().index() : device_;
       return c10::Device(twin_, twin_index(d));
     }
-    if (twin_ == c10::DeviceType::CPU && is_optional_generator(arg)) {
-      return cpu_generator_for(v, device_);
+    if (is_optional_generator(arg)) {
+      return twin_generator_for(v, device_, twin_);
     }
     return v;
   }
@@ -307,6 +282,9 @@ class TwinCall {
     size_t base = stack->size() - n;
     for (size_t i = 0; i < n; ++i) (*stack)[base + i] = to_twin((*stack)[base + i], arguments[i]);
     devices_ |= uint64_t{1} << device_;
+    // On a device twin, everything below (the kernel, and the copies that map results
+    // back) runs on the twin stream under the current flagos stream, in order.
+    std::optional<TwinStreamGuard> on_flagos_stream;
     if (twin_ == c10::DeviceType::CPU) {
       for (c10::DeviceIndex d = 0; d < 64; ++d) {
         if (devices_ & (uint64_t{1} << d)) sync_for_host_access(d);
@@ -314,7 +292,7 @@ class TwinCall {
       op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
     } else {
       c10::Device twin_dev(twin_, twin_index(device_));
-      TwinStreamGuard on_flagos_stream(twin_dev, current_stream(device_));
+      on_flagos_stream.emplace(twin_dev, current_stream(device_));
       op.redispatchBoxed(
           c10::DispatchKeySet(c10::computeDispatchKey(std::nullopt, std::nullopt, twin_dev)),
           stack);
@@ -458,7 +436,7 @@ void run_cpu(const c10::OperatorHandle& requested, torch::jit::Stack* stack,
       v = c10::Device(c10::kCPU);
       device_arg = true;
     } else if (is_optional_generator(arguments[i])) {
-      v = cpu_generator_for(v, device);
+      v = twin_generator_for(v, device, c10::DeviceType::CPU);
     }
   }
   try {

@@ -1,8 +1,15 @@
 #include "runtime/generator.h"
 
+#include <ATen/Context.h>
+#include <ATen/detail/CUDAHooksInterface.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/empty.h>
+
 #include <array>
+#include <cstring>
 #include <mutex>
 
+#include "aten/alias.h"
 #include "runtime/hal.h"
 
 namespace flagos {
@@ -10,25 +17,60 @@ namespace flagos {
 FlagosGeneratorImpl::FlagosGeneratorImpl(c10::DeviceIndex device, uint64_t seed)
     : c10::GeneratorImpl(c10::Device(c10::DeviceType::PrivateUse1, device),
                          c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)),
-      cpu_(at::make_generator<at::CPUGeneratorImpl>(seed)) {}
+      cpu_(at::make_generator<at::CPUGeneratorImpl>(seed)) {
+  cpu_state_bytes_ = cpu_.get_state().nbytes();
+  if (auto twin = device_twin(device)) {
+    TORCH_CHECK(twin->type() == c10::DeviceType::CUDA, "flagos: no generator for twin ", *twin);
+    at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
+    device_twin_ = at::detail::getCUDAHooks().getNewGenerator(twin->index());
+    device_twin_.set_current_seed(seed);
+  }
+}
 
-void FlagosGeneratorImpl::set_current_seed(uint64_t seed) { cpu_.set_current_seed(seed); }
-void FlagosGeneratorImpl::set_offset(uint64_t offset) { cpu_.set_offset(offset); }
-uint64_t FlagosGeneratorImpl::get_offset() const { return cpu_.get_offset(); }
+void FlagosGeneratorImpl::set_current_seed(uint64_t seed) {
+  cpu_.set_current_seed(seed);
+  if (device_twin_.defined()) device_twin_.set_current_seed(seed);
+}
+// The offset is the philox offset of a device twin (CUDA); the CPU's mt19937 has none.
+void FlagosGeneratorImpl::set_offset(uint64_t offset) {
+  (device_twin_.defined() ? device_twin_ : cpu_).set_offset(offset);
+}
+uint64_t FlagosGeneratorImpl::get_offset() const {
+  return device_twin_.defined() ? device_twin_.get_offset() : cpu_.get_offset();
+}
 uint64_t FlagosGeneratorImpl::current_seed() const { return cpu_.current_seed(); }
-uint64_t FlagosGeneratorImpl::seed() { return cpu_.seed(); }
+uint64_t FlagosGeneratorImpl::seed() {
+  uint64_t s = cpu_.seed();
+  if (device_twin_.defined()) device_twin_.set_current_seed(s);
+  return s;
+}
 
+// The state is the CPU generator's state followed by the device twin's (if any).
 void FlagosGeneratorImpl::set_state(const c10::TensorImpl& new_state) {
-  cpu_.unsafeGetGeneratorImpl()->set_state(new_state);
+  size_t twin_bytes = device_twin_.defined() ? device_twin_.get_state().nbytes() : 0;
+  TORCH_CHECK(new_state.numel() == int64_t(cpu_state_bytes_ + twin_bytes) &&
+                  new_state.dtype() == caffe2::TypeMeta::Make<uint8_t>(),
+              "flagos: an RNG state of this device is ", cpu_state_bytes_ + twin_bytes,
+              " bytes (torch.uint8); got ", new_state.numel(), " elements");
+  const auto* bytes = static_cast<const uint8_t*>(new_state.data());
+  auto part = [&](size_t offset, size_t n) {
+    auto t = at::empty({int64_t(n)}, at::kByte);
+    std::memcpy(t.data_ptr(), bytes + offset, n);
+    return t;
+  };
+  cpu_.set_state(part(0, cpu_state_bytes_));
+  if (twin_bytes) device_twin_.set_state(part(cpu_state_bytes_, twin_bytes));
 }
 
 c10::intrusive_ptr<c10::TensorImpl> FlagosGeneratorImpl::get_state() const {
-  return cpu_.unsafeGetGeneratorImpl()->get_state();
+  if (!device_twin_.defined()) return cpu_.unsafeGetGeneratorImpl()->get_state();
+  return at::cat({cpu_.get_state(), device_twin_.get_state()}).unsafeReleaseIntrusivePtr();
 }
 
 FlagosGeneratorImpl* FlagosGeneratorImpl::clone_impl() const {
   auto* gen = new FlagosGeneratorImpl(device().index());
   gen->cpu_ = cpu_.clone();
+  if (device_twin_.defined()) gen->device_twin_ = device_twin_.clone();
   return gen;
 }
 

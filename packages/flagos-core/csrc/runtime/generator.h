@@ -1,7 +1,8 @@
 // The flagos generator: one default generator per device. Random ops that run as
 // CPU kernels (fallback, or boxing onto the CPU twin on sim) draw from its inner
-// CPU generator, so torch.manual_seed / torch.flagos.manual_seed reproduce results
-// through every route.
+// CPU generator; on a device twin (CUDA) the twin's kernels draw from its inner twin
+// generator (a CUDA philox generator). Seeds and states cover both, so
+// torch.manual_seed / torch.flagos.manual_seed reproduce results through every route.
 #pragma once
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -22,10 +23,16 @@ class FlagosGeneratorImpl : public c10::GeneratorImpl {
   static c10::DeviceType device_type() { return c10::DeviceType::PrivateUse1; }
   // The CPU generator that CPU kernels draw from on behalf of this generator.
   at::Generator& cpu_generator() { return cpu_; }
+  // The generator that kernels of `twin` draw from on behalf of this generator.
+  at::Generator& generator_for(c10::DeviceType twin) {
+    return twin == c10::DeviceType::CPU || !device_twin_.defined() ? cpu_ : device_twin_;
+  }
 
  private:
   FlagosGeneratorImpl* clone_impl() const override;
   at::Generator cpu_;
+  at::Generator device_twin_;  // undefined unless the device has a device twin
+  size_t cpu_state_bytes_ = 0;
 };
 
 const at::Generator& default_generator(c10::DeviceIndex device);

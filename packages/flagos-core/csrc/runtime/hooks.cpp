@@ -1,5 +1,7 @@
 // PrivateUse1 hooks: availability, device count, generators, pinned memory, pointers,
 // storage resize, and fork safety.
+#include <ATen/Context.h>
+#include <ATen/detail/CUDAHooksInterface.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <pthread.h>
 
@@ -35,7 +37,12 @@ struct FlagosHooks final : public at::PrivateUse1HooksInterface {
     }
     TORCH_CHECK(false, "flagos: pointer ", data, " is not flagos device memory");
   }
-  bool isPinnedPtr(const void* data) const override { return is_pinned_ptr(data); }
+  // With CUDA in the process, at::empty(pin_memory=True) takes CUDA's pinned allocator
+  // (torch asks the CUDA hooks first); that memory is page-locked for a CUDA HAL too.
+  bool isPinnedPtr(const void* data) const override {
+    return is_pinned_ptr(data) ||
+           (at::globalContext().hasCUDA() && at::detail::getCUDAHooks().isPinnedPtr(data));
+  }
   at::Allocator* getPinnedMemoryAllocator() const override { return pinned_host_allocator(); }
   bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
   void init() const override {

@@ -14,6 +14,7 @@ throughput ratios, which are flagos / native (higher is better).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import statistics
 import sys
@@ -136,26 +137,11 @@ def bench_ops(native: torch.device, min_time: float) -> list[str]:
     return out
 
 
-def _train_step(model: torch.nn.Module, tokens: torch.Tensor) -> None:
-    model.loss(tokens).backward()
-
-
-def _time_steps(model: torch.nn.Module, tokens: torch.Tensor, dev: torch.device,
-                warmup: int, steps: int) -> float:
-    for _ in range(warmup):
-        _train_step(model, tokens)
-    _sync(dev)
-    start = time.perf_counter()
-    for _ in range(steps):
-        _train_step(model, tokens)
-    _sync(dev)
-    return (time.perf_counter() - start) / steps
-
-
 def bench_model(native: torch.device, min_time: float, quick: bool) -> list[str]:
     """Forward+backward of a Llama-style stack, flagos vs native, same weights and batch.
     On CUDA: 8 layers of dim 2048 in bf16, 8x1024 tokens a step (a few TFLOP per step)."""
     from flagos.models import LlamaConfig, TinyLlama
+    from flagos.models.clean_process import CleanProcessTimer, time_steps
 
     big = native.type == "cuda" and not quick
     cfg = LlamaConfig(dim=2048 if big else 128, n_layers=8 if big else 2,
@@ -166,18 +152,40 @@ def bench_model(native: torch.device, min_time: float, quick: bool) -> list[str]
     steps = 10 if big else 5
     torch.manual_seed(0)
     tokens = torch.randint(0, cfg.vocab_size, (batch, seq + 1))
-    results = {}
+    results: dict[str, float] = {}
     lines = [(f"## model: TinyLlama {cfg.n_layers}x{cfg.dim} {str(dtype).split('.')[-1]} "
               f"forward+backward, batch {batch}x{seq}, mean of {steps} steps")]
     flagos.routing.reset_stats()
-    # Alternate the devices so drift (clocks, other load) hits both alike.
-    models = {d: TinyLlama(cfg).to(device=d, dtype=dtype) for d in ("flagos", native.type)}
-    for rnd in range(2):
-        for name, dev in (("flagos", torch.device("flagos", 0)), (native.type, native)):
-            t = _time_steps(models[name], tokens.to(dev), dev, warmup=2 if rnd == 0 else 0,
-                            steps=steps)
-            results[name] = min(results.get(name, t), t)
-            print(f"  round {rnd} {name}: {t * 1e3:.1f} ms/step", flush=True)
+    flagos_dev = torch.device("flagos", 0)
+    torch.manual_seed(1)
+    model = TinyLlama(cfg).to(device=flagos_dev, dtype=dtype)
+    flagos_tokens = tokens.to(flagos_dev)
+    sides: dict[str, Callable[[int, int], float]] = {
+        "flagos": lambda warmup, n: time_steps(model, flagos_tokens, lambda: _sync(flagos_dev),
+                                               warmup, n)}
+    if native.type == "cpu":
+        torch.manual_seed(1)
+        native_model = TinyLlama(cfg).to(device=native, dtype=dtype)
+        sides[native.type] = lambda warmup, n: time_steps(native_model, tokens, lambda: None,
+                                                          warmup, n)
+        timer = None
+    else:
+        # An accelerator's backward cannot run in this process (see clean_process.py).
+        timer = CleanProcessTimer(dataclasses.asdict(cfg), str(native), dtype, batch, seq,
+                                  seed=1)
+        sides[native.type] = timer
+        lines.append(f"  ({native.type} timed in a clean process without flagos: "
+                     "pytorch/pytorch#161129)")
+    try:
+        # Alternate the devices so drift (clocks, other load) hits both alike.
+        for rnd in range(2):
+            for name, run in sides.items():
+                t = run(2 if rnd == 0 else 0, steps)
+                results[name] = min(results.get(name, t), t)
+                print(f"  round {rnd} {name}: {t * 1e3:.1f} ms/step", flush=True)
+    finally:
+        if timer is not None:
+            timer.close()
     f, c = results["flagos"], results[native.type]
     tok = batch * seq
     used: dict[str, int] = {}
