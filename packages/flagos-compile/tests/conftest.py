@@ -23,3 +23,10 @@ def fresh_dynamo():
 
 def assert_close(a: torch.Tensor, b: torch.Tensor, **kw) -> None:
     torch.testing.assert_close(a.detach().cpu(), b.detach().cpu(), **kw)
+
+
+@pytest.fixture
+def sim_twin() -> None:
+    """Skip unless flagos:0 runs on the host (sim): the test checks the C++ kernel path."""
+    if torch.flagos.get_device_properties(0).native_device != "cpu":
+        pytest.skip("checks the C++ (host twin) code path; this HAL's twin is not the CPU")

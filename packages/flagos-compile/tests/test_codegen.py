@@ -14,7 +14,7 @@ def f(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return torch.relu(x @ w).sin() * 2 + x.sum(dim=1, keepdim=True)
 
 
-def test_cpp_kernels_on_flagos_tensors() -> None:
+def test_cpp_kernels_on_flagos_tensors(sim_twin) -> None:
     x = torch.randn(16, 16, device="flagos")
     w = torch.randn(16, 16, device="flagos")
     allocs = torch.flagos.memory_stats()["allocation.all.allocated"]

@@ -61,7 +61,7 @@ def test_triton_meta_of_a_cuda_twin_names_target_cuda(cuda_twin) -> None:
     assert "flagos" not in repr(props)
 
 
-def test_device_properties_unchanged_for_sim_and_other_devices() -> None:
+def test_device_properties_unchanged_for_sim_and_other_devices(sim_twin) -> None:
     props = DeviceProperties.create(torch.device("flagos", 0))
     assert props.type == "flagos"  # sim: C++ kernels, no Triton target involved
     assert DeviceProperties.create(torch.device("cpu")).type == "cpu"
@@ -81,7 +81,7 @@ def test_wrapper_guards_the_twin_device(cuda_twin) -> None:
         "from flagos_compile._device import raw_stream as get_raw_stream")
 
 
-def test_no_device_guard_on_sim() -> None:
+def test_no_device_guard_on_sim(sim_twin) -> None:
     from torch._inductor import utils
 
     assert not utils.device_need_guard("flagos")

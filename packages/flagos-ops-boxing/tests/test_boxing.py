@@ -9,10 +9,11 @@ import flagos_ops_boxing as boxing
 import pytest
 import torch
 
-pytestmark = pytest.mark.skipif(os.environ.get("FLAGOS_TEST_HW", "sim") != "sim",
-                                reason="sim-specific coverage numbers")
+sim_only = pytest.mark.skipif(os.environ.get("FLAGOS_TEST_HW", "sim") != "sim",
+                              reason="sim-specific coverage numbers")
 
 
+@sim_only
 def test_coverage_comes_from_the_operator_registry() -> None:
     ops = boxing.coverage("sim")
     assert len(ops) > 900  # every routed aten overload with a CPU kernel
@@ -22,6 +23,7 @@ def test_coverage_comes_from_the_operator_registry() -> None:
     assert all(torch._C._dispatch_has_kernel_for_dispatch_key(o, "CPU") for o in ops[:50])
 
 
+@sim_only
 def test_serves_on_follows_the_twin_of_the_hal() -> None:
     p = flagos.routing.providers()["boxing"]
     assert isinstance(p, boxing.BoxingProvider) and p.is_cpp

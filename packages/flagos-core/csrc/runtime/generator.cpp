@@ -14,7 +14,8 @@
 
 namespace flagos {
 
-FlagosGeneratorImpl::FlagosGeneratorImpl(c10::DeviceIndex device, uint64_t seed)
+FlagosGeneratorImpl::FlagosGeneratorImpl(c10::DeviceIndex device, uint64_t seed,
+                                         bool is_default)
     : c10::GeneratorImpl(c10::Device(c10::DeviceType::PrivateUse1, device),
                          c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)),
       cpu_(at::make_generator<at::CPUGeneratorImpl>(seed)) {
@@ -22,7 +23,9 @@ FlagosGeneratorImpl::FlagosGeneratorImpl(c10::DeviceIndex device, uint64_t seed)
   if (auto twin = device_twin(device)) {
     TORCH_CHECK(twin->type() == c10::DeviceType::CUDA, "flagos: no generator for twin ", *twin);
     at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
-    device_twin_ = at::detail::getCUDAHooks().getNewGenerator(twin->index());
+    const auto& cuda = at::detail::getCUDAHooks();
+    device_twin_ = is_default ? cuda.getDefaultGenerator(twin->index())
+                              : cuda.getNewGenerator(twin->index());
     device_twin_.set_current_seed(seed);
   }
 }
@@ -80,7 +83,8 @@ const at::Generator& default_generator(c10::DeviceIndex device) {
   if (device < 0) device = current_device();
   hal_device(device);
   std::call_once(once[device], [device] {
-    gens[device] = at::make_generator<FlagosGeneratorImpl>(device);
+    gens[device] = at::make_generator<FlagosGeneratorImpl>(device, c10::default_rng_seed_val,
+                                                           /*is_default=*/true);
     gens[device].set_current_seed(c10::default_rng_seed_val);
   });
   return gens[device];

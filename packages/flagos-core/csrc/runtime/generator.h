@@ -12,7 +12,11 @@ namespace flagos {
 
 class FlagosGeneratorImpl : public c10::GeneratorImpl {
  public:
-  explicit FlagosGeneratorImpl(c10::DeviceIndex device, uint64_t seed = c10::default_rng_seed_val);
+  // `is_default`: the device's default generator, whose device twin generator is the twin
+  // device's default one (kernels of ops without a generator argument, such as dropout,
+  // draw from that), so that seeding flagos seeds them too.
+  explicit FlagosGeneratorImpl(c10::DeviceIndex device, uint64_t seed = c10::default_rng_seed_val,
+                               bool is_default = false);
   void set_current_seed(uint64_t seed) override;
   void set_offset(uint64_t offset) override;
   uint64_t get_offset() const override;
