@@ -3,7 +3,7 @@
 # $OUT (the device tool's output folder). Wheels the machine lacks are carried in .whl/
 # (tools/fetch_gpu_wheels.sh fetches them; name .whl in the run's carry).
 # Usage: tools/gpu_check.sh STEP...   steps: build conformance demo bench model sweep tests
-#        nox compile dist
+#        nox compile dist profile
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:-/tmp/flagos-out}; mkdir -p "$OUT"
@@ -34,6 +34,8 @@ for s in "$@"; do
              --import-mode=importlib --durations=10 packages/*/tests integration_tests 2>&1 | tee "$OUT/tests.log" | tail -40 ;;
     compile) step compile; FLAGOS_HAL=cuda timeout ${COMPILE_TIMEOUT:-400} python3 packages/flagos-compile/benchmarks/compile_speedup.py --device cuda \
              2>&1 | tee "$OUT/compile.log" | tail -30 ;;
+    profile) step profile; FLAGOS_HAL=cuda timeout 150 python3 tools/gpu_profile_model.py flagos 2>&1 | tee "$OUT/profile-flagos.log" | tail -60
+             TORCH_DEVICE_BACKEND_AUTOLOAD=0 timeout 100 python3 tools/gpu_profile_model.py cuda 2>&1 | tee "$OUT/profile-cuda.log" | tail -30 ;;
     dist) step dist; FLAGOS_HAL=cuda timeout ${DIST_TIMEOUT:-300} python3 -X faulthandler packages/flagos-distributed/benchmarks/allreduce_bw.py \
              2>&1 | tee "$OUT/dist.log" | tail -30 ;;
   esac
