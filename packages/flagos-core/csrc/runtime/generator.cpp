@@ -1,7 +1,6 @@
 #include "runtime/generator.h"
 
 #include <ATen/Context.h>
-#include <ATen/detail/CUDAHooksInterface.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 
@@ -21,11 +20,10 @@ FlagosGeneratorImpl::FlagosGeneratorImpl(c10::DeviceIndex device, uint64_t seed,
       cpu_(at::make_generator<at::CPUGeneratorImpl>(seed)) {
   cpu_state_bytes_ = cpu_.get_state().nbytes();
   if (auto twin = device_twin(device)) {
-    TORCH_CHECK(twin->type() == c10::DeviceType::CUDA, "flagos: no generator for twin ", *twin);
-    at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
-    const auto& cuda = at::detail::getCUDAHooks();
-    device_twin_ = is_default ? cuda.getDefaultGenerator(twin->index())
-                              : cuda.getNewGenerator(twin->index());
+    at::globalContext().lazyInitDevice(twin->type());
+    const auto& hooks = at::globalContext().getAcceleratorHooksInterface(twin->type());
+    device_twin_ = is_default ? hooks.getDefaultGenerator(twin->index())
+                              : hooks.getNewGenerator(twin->index());
     device_twin_.set_current_seed(seed);
   }
 }

@@ -1,7 +1,7 @@
 // The flagos generator: one default generator per device. Random ops that run as
 // CPU kernels (fallback, or boxing onto the CPU twin on sim) draw from its inner
 // CPU generator; on a device twin (CUDA) the twin's kernels draw from its inner twin
-// generator (a CUDA philox generator). Seeds and states cover both, so
+// generator (the twin device type's own, e.g. a CUDA philox generator). Seeds and states cover both, so
 // torch.manual_seed / torch.flagos.manual_seed reproduce results through every route.
 #pragma once
 
@@ -25,8 +25,6 @@ class FlagosGeneratorImpl : public c10::GeneratorImpl {
   void set_state(const c10::TensorImpl& new_state) override;
   c10::intrusive_ptr<c10::TensorImpl> get_state() const override;
   static c10::DeviceType device_type() { return c10::DeviceType::PrivateUse1; }
-  // The CPU generator that CPU kernels draw from on behalf of this generator.
-  at::Generator& cpu_generator() { return cpu_; }
   // The generator that kernels of `twin` draw from on behalf of this generator.
   at::Generator& generator_for(c10::DeviceType twin) {
     return twin == c10::DeviceType::CPU || !device_twin_.defined() ? cpu_ : device_twin_;

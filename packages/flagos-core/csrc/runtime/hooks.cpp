@@ -1,12 +1,12 @@
 // PrivateUse1 hooks: availability, device count, generators, pinned memory, pointers,
 // storage resize, and fork safety.
 #include <ATen/Context.h>
-#include <ATen/detail/CUDAHooksInterface.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <pthread.h>
 
 #include <atomic>
 
+#include "aten/alias.h"
 #include "runtime/generator.h"
 #include "runtime/hal.h"
 #include "runtime/host_allocator.h"
@@ -37,11 +37,17 @@ struct FlagosHooks final : public at::PrivateUse1HooksInterface {
     }
     TORCH_CHECK(false, "flagos: pointer ", data, " is not flagos device memory");
   }
-  // With CUDA in the process, at::empty(pin_memory=True) takes CUDA's pinned allocator
-  // (torch asks the CUDA hooks first); that memory is page-locked for a CUDA HAL too.
+  // With a device twin in the process, at::empty(pin_memory=True) may take the twin's
+  // pinned allocator (torch asks the CUDA hooks before PrivateUse1's); that memory is
+  // page-locked for the flagos devices on that twin too.
   bool isPinnedPtr(const void* data) const override {
-    return is_pinned_ptr(data) ||
-           (at::globalContext().hasCUDA() && at::detail::getCUDAHooks().isPinnedPtr(data));
+    if (is_pinned_ptr(data)) return true;
+    for (c10::DeviceIndex d = 0; d < device_count(); ++d) {
+      auto twin = device_twin(d);
+      if (twin && at::globalContext().getAcceleratorHooksInterface(twin->type()).isPinnedPtr(data))
+        return true;
+    }
+    return false;
   }
   at::Allocator* getPinnedMemoryAllocator() const override { return pinned_host_allocator(); }
   bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
