@@ -17,6 +17,12 @@ runnable sample is skipped (not counted). Random ops: both runs are seeded ident
 values under another seed (the op consumes random numbers), only dtypes and shapes are
 compared and the OpInfo is counted as "random (shape-only)" in the table.
 
+On a HAL whose twin is a native device other than the CPU (CUDA), the twin's kernels draw
+from the twin's generator (another algorithm than the CPU's), so a twin route's random ops
+cannot match the CPU. Where the forward or in-place values differ from the CPU's, they are
+compared with the same op run natively on the twin device under the same seed (the route
+must reproduce the twin's own numbers); such samples count as "twin reference".
+
 Ops run in worker subprocesses (a crash or a hang costs one OpInfo, reported as failed).
 
     python integration_tests/opinfo_sweep.py [--route cpu|boxing|twin|...] [--ops name,...]
@@ -131,6 +137,10 @@ class _Mismatch(AssertionError):
     pass
 
 
+class _TwinReferenced(Exception):
+    """The forward values matched the native twin device's run (not the CPU's)."""
+
+
 def _names_cpu(x) -> bool:
     """Whether arguments ask for the CPU device (e.g. zeros_like(x, device="cpu"))."""
     import torch
@@ -235,11 +245,56 @@ def _uses_rng(fn, cpu_sample, seed, first) -> bool:
     return False
 
 
+def _native_twin():
+    """The native device the forced twin route runs kernels on, when it is not the CPU."""
+    import flagos
+
+    if _ROUTE[0] not in ("boxing", "twin"):
+        return None
+    twin = flagos.twin_device()
+    return twin if twin is not None and twin.type != "cpu" else None
+
+
+def _to_device(x, dev):
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        t = x.detach().to(dev)
+        return t.requires_grad_(True) if x.requires_grad else t
+    if isinstance(x, torch.device) and x.type == "cpu":
+        return torch.device(dev)
+    if isinstance(x, (list, tuple)):
+        return type(x)(_to_device(e, dev) for e in x)
+    if isinstance(x, dict):
+        return {k: (str(dev) if k == "device" and v == "cpu" else _to_device(v, dev))
+                for k, v in x.items()}
+    return x
+
+
+def _matches_twin(fn, cpu_sample, seed, fl_result, dtype_name) -> bool:
+    """Whether `fl_result` equals `fn` run natively on the twin device (not the CPU) under
+    the same seed: what a twin route must reproduce for ops that differ by device (RNG)."""
+    twin = _native_twin()
+    if twin is None:
+        return False
+    try:
+        ref = _call(fn, _to_device(_clone(cpu_sample), twin), seed)
+        ref = _to_device(ref, "cpu")
+        _compare(fl_result, ref, dtype_name, check_device=False)
+    except Exception:  # noqa: BLE001
+        return False
+    return True
+
+
+_ROUTE = [""]  # the route forced by run_op
+
+
 class Result:
     def __init__(self) -> None:
         self.ran = 0            # samples runnable on CPU
         self.failed = 0
         self.shape_only = 0     # samples compared by shape/dtype only (random ops)
+        self.twin_reference = 0  # samples matched against the native twin device's run
         self.unsupported = 0    # sparse/quantized samples (refused with a clear error)
         self.checks = Counter()  # which checks ran: forward, backward, out, inplace
         self.errors: list[str] = []
@@ -299,11 +354,16 @@ def _run_sample(op, sample, fl_sample, dtype, res: Result, seed: int) -> None:
                 raise _Mismatch("uninitialized memory")
             _compare(fl_out, cpu_out, dname, check_device=_mentions_flagos(fl) and not _names_cpu(fl))
         except AssertionError:
+            if op.name not in UNINITIALIZED and _matches_twin(op, cpu, seed, fl_out, dname):
+                res.twin_reference += 1
+                raise _TwinReferenced from None
             if op.name not in UNINITIALIZED and not _uses_rng(op, cpu, seed, cpu_out):
                 raise
             shape_only = True
             res.shape_only += 1
             _compare(fl_out, cpu_out, dname, shape_only=True, check_device=_mentions_flagos(fl) and not _names_cpu(fl))
+    except _TwinReferenced:
+        shape_only = True  # values vs the CPU's are not comparable below
     except Exception as e:  # noqa: BLE001
         res.fail("forward", e)
         return
@@ -389,6 +449,9 @@ def _run_sample(op, sample, fl_sample, dtype, res: Result, seed: int) -> None:
                     def mutated(*a, **k):
                         ip(*a, **k)
                         return a[0]
+                    if _matches_twin(mutated, cpu, seed, fs[0], dname):
+                        res.twin_reference += 1
+                        return
                     if not _uses_rng(mutated, cpu, seed, cs[0]):
                         raise
                     res.shape_only += 1
@@ -421,10 +484,32 @@ def _same_values(a, b) -> bool:
     return True  # other arguments (strings, devices) may name the device
 
 
+def _placed_like(cpu, fl):
+    """The CPU sample `cpu` copied to where the OpInfo's own flagos sample `fl` puts each
+    tensor (indices it keeps on the CPU on purpose stay there); None when the two samples
+    differ in structure. For devices whose generator draws other numbers than the CPU's."""
+    import torch
+
+    if isinstance(cpu, torch.Tensor):
+        if not isinstance(fl, torch.Tensor) or fl.shape != cpu.shape or fl.dtype != cpu.dtype:
+            raise _Unsupported("structure")
+        return _clone(cpu).requires_grad_(cpu.requires_grad) if fl.device.type == "cpu" \
+            else _to_flagos(cpu)
+    if isinstance(cpu, (list, tuple)):
+        if type(fl) is not type(cpu) or len(fl) != len(cpu):
+            raise _Unsupported("structure")
+        return type(cpu)(_placed_like(c, f) for c, f in zip(cpu, fl))
+    if isinstance(cpu, dict):
+        if not isinstance(fl, dict) or fl.keys() != cpu.keys():
+            raise _Unsupported("structure")
+        return {k: _placed_like(cpu[k], fl[k]) for k in cpu}
+    return fl if isinstance(fl, (str, torch.device)) else _to_flagos(cpu)
+
+
 def _flagos_samples(op, dtype, req, cpu_samples):
     """The OpInfo's own samples for device "flagos" (same seed, so same values; tensors it
-    keeps on the CPU on purpose stay there), or the CPU samples copied to flagos where the
-    values differ or the generation fails."""
+    keeps on the CPU on purpose stay there), else the CPU samples placed like them, or
+    copied to flagos where the generation fails."""
     import torch
 
     out = [None] * len(cpu_samples)
@@ -436,8 +521,7 @@ def _flagos_samples(op, dtype, req, cpu_samples):
             cs = cpu_samples[i]
             f = (fs.input, list(fs.args), dict(fs.kwargs))
             c = (cs.input, list(cs.args), dict(cs.kwargs))
-            if _same_values(f, c):
-                out[i] = f
+            out[i] = f if _same_values(f, c) else _placed_like(c, f)
     except Exception:  # noqa: BLE001, S110 - copy the CPU samples instead
         pass
     for i, cs in enumerate(cpu_samples):
@@ -457,6 +541,7 @@ def run_op(op, route: str, dtype, max_samples: int) -> dict:
     if not op.supports_dtype(dtype, "cpu"):
         return {**out, "status": "skip", "reason": "dtype not supported on CPU"}
     res = Result()
+    _ROUTE[0] = route
     t0 = time.perf_counter()
     flagos.routing.reset_stats()
     try:
@@ -487,7 +572,8 @@ def run_op(op, route: str, dtype, max_samples: int) -> dict:
         return {**out, "status": "skip", "reason": "no sample runs on CPU"}
     if res.failed:
         return {**out, "status": "fail", "error": res.errors[0]}
-    return {**out, "status": "pass", "shape_only": res.shape_only > 0}
+    return {**out, "status": "pass", "shape_only": res.shape_only > 0,
+            "twin_reference": res.twin_reference > 0}
 
 
 def worker(args) -> None:
@@ -607,21 +693,23 @@ def summarize(results: list[dict], route: str) -> dict:
     c = Counter(r["status"] for r in results)
     ran = c["pass"] + c["fail"]
     shape_only = sum(1 for r in results if r.get("shape_only"))
+    twin_ref = sum(1 for r in results if r.get("twin_reference"))
     served = Counter()
     for r in results:
         served.update(r.get("providers", {}))
     return {"route": route, "passed": c["pass"], "failed": c["fail"], "skipped": c["skip"],
             "pass_rate": 100.0 * c["pass"] / ran if ran else 0.0,
-            "random_shape_only": shape_only, "calls_by_provider": dict(served)}
+            "random_shape_only": shape_only, "twin_reference": twin_ref,
+            "calls_by_provider": dict(served)}
 
 
 def print_table(summary: dict, results: list[dict], seconds: float) -> None:
     s = summary
     print()
     print(f"{'provider':<10} {'passed':>7} {'failed':>7} {'skipped':>8} {'pass %':>8}"
-          f" {'random(shape-only)':>19}")
+          f" {'random(shape-only)':>19} {'twin reference':>15}")
     print(f"{s['route']:<10} {s['passed']:>7} {s['failed']:>7} {s['skipped']:>8}"
-          f" {s['pass_rate']:>7.2f}% {s['random_shape_only']:>19}")
+          f" {s['pass_rate']:>7.2f}% {s['random_shape_only']:>19} {s['twin_reference']:>15}")
     print(f"(skipped: no sample runs on CPU for the dtype; {seconds:.0f}s; op calls served: "
           + ", ".join(f"{k}={v}" for k, v in sorted(s["calls_by_provider"].items())) + ")")
     if s["route"] != "cpu":
