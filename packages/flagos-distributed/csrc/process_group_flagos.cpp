@@ -895,7 +895,46 @@ WorkPtr ProcessGroupFlagOS::alltoall(std::vector<at::Tensor>& outputs,
   auto in = natives(inputs, p, true, false);
   auto out = natives(outputs, p, false, true);
   p.result = outputs;
-  return launch(std::move(p), [&] { return std::vector<WorkPtr>{inner_->alltoall(out, in, opts)}; });
+  return launch(std::move(p), [&] {
+    try {
+      return std::vector<WorkPtr>{inner_->alltoall(out, in, opts)};
+    } catch (const c10::Error& e) {
+      // Backend::alltoall's default refuses; Gloo has no list all_to_all before torch 2.12.
+      if (std::string(e.what_without_backtrace()).find("does not support alltoall") ==
+          std::string::npos) {
+        throw;
+      }
+    }
+    return std::vector<WorkPtr>{alltoall_through_base(out, in, opts)};
+  });
+}
+
+WorkPtr ProcessGroupFlagOS::alltoall_through_base(std::vector<at::Tensor>& outputs,
+                                                  std::vector<at::Tensor>& inputs,
+                                                  const c10d::AllToAllOptions& opts) {
+  // One alltoall_base over the flattened inputs, split by element counts, then the pieces
+  // copied into the outputs once it completes.
+  std::vector<int64_t> in_splits, out_splits;
+  std::vector<at::Tensor> flat;
+  for (const auto& t : inputs) {
+    flat.push_back(t.reshape(-1));
+    in_splits.push_back(t.numel());
+  }
+  int64_t total = 0;
+  for (const auto& t : outputs) {
+    out_splits.push_back(t.numel());
+    total += t.numel();
+  }
+  at::Tensor send = at::cat(flat);
+  at::Tensor recv = at::empty({total}, outputs.at(0).options());
+  auto work = inner_->alltoall_base(recv, send, out_splits, in_splits, opts);
+  work->wait();
+  int64_t offset = 0;
+  for (auto& t : outputs) {
+    t.copy_(recv.narrow(0, offset, t.numel()).view(t.sizes()));
+    offset += t.numel();
+  }
+  return work;
 }
 
 WorkPtr ProcessGroupFlagOS::send(std::vector<at::Tensor>& tensors, int dstRank, int tag) {

@@ -134,6 +134,10 @@ class ProcessGroupFlagOS : public c10d::Backend {
                              bool inputs_are_outputs, const std::vector<at::Tensor>& outputs,
                              Plan& p, bool divide_here = true);
   void checkMetadata(const Plan& p, const Fingerprint& fp);
+  // all_to_all for an inner backend without the list form: through alltoall_base (waits).
+  c10::intrusive_ptr<c10d::Work> alltoall_through_base(std::vector<at::Tensor>& outputs,
+                                                       std::vector<at::Tensor>& inputs,
+                                                       const c10d::AllToAllOptions& opts);
   c10::intrusive_ptr<c10d::Work> launch(
       Plan p, const std::function<std::vector<c10::intrusive_ptr<c10d::Work>>()>& fn);
 

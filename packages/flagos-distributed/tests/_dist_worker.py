@@ -157,7 +157,11 @@ def compare_collectives(group) -> int:
         dist.all_to_all(out, [data(2, torch.float32, dev, salt=10 * i) for i in range(W)],
                         group=g)
         return out
-    both("all_to_all", a2a)
+
+    def a2a_ref():  # what rank i sent here (Gloo before torch 2.12 has no list all_to_all)
+        src = [dist.get_global_rank(g, i) if g is not dist.group.WORLD else i for i in range(W)]
+        return [((torch.arange(2) * 3 + s * 7 + 10 * R) % 11 + 1).float() for s in src]
+    both("all_to_all", a2a, a2a_ref)
 
     def a2a_single(dev):
         out = torch.zeros(4 * W, device=dev)

@@ -14,6 +14,7 @@
 #include <c10/util/SmallVector.h>
 
 #include "aten/alias.h"
+#include "aten/host_results.h"
 #include "dispatch/dispatcher.h"
 #include "runtime/generator.h"
 #include "runtime/resize.h"
@@ -289,6 +290,9 @@ class TwinCall {
       for (c10::DeviceIndex d = 0; d < 64; ++d) {
         if (devices_ & (uint64_t{1} << d)) sync_for_host_access(d);
       }
+      // The kernel's own allocations (its results) land in flagos memory: no copy after.
+      std::optional<HostResultsOnFlagos> results_on_flagos;
+      if (install_host_results_allocator()) results_on_flagos.emplace(device_);
       op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
     } else {
       c10::Device twin_dev(twin_, twin_index(device_));
@@ -358,7 +362,16 @@ class TwinCall {
         return v;
       }
     }
-    // A fresh result: it becomes flagos memory, counted by the flagos allocator.
+    // A fresh result: it becomes flagos memory, counted by the flagos allocator. A CPU
+    // kernel's result already is (see host_results.h) unless something else holds it.
+    if (twin_ == c10::DeviceType::CPU) {
+      if (auto adopted = adopt_as_flagos(t)) {
+        if (!want || adopted->strides().equals(*want)) return *adopted;
+        at::Tensor out = at::empty_strided(t.sizes(), *want, adopted->options());
+        out.copy_(*adopted);
+        return out;
+      }
+    }
     at::Tensor out;
     auto opts = t.options().device(c10::Device(kFlagos, device_));
     if (want) out = at::empty_strided(t.sizes(), *want, opts);

@@ -80,7 +80,8 @@ class DevicePool {
  public:
   explicit DevicePool(c10::DeviceIndex device) : device_(device) {}
 
-  Block* malloc(size_t requested, c10::StreamId stream) {
+  // `may_fail`: return nullptr instead of freeing the cache and raising out of memory.
+  Block* malloc(size_t requested, c10::StreamId stream, bool may_fail = false) {
     std::unique_lock<std::mutex> lock(mutex_);
     process_events();
     size_t size = round_size(requested);
@@ -95,6 +96,7 @@ class DevicePool {
       pool_erase(pool, block);
     }
     if (!block) block = new_segment(size, small, stream, requested);
+    if (!block && may_fail) return nullptr;
     if (!block) {
       // Free cached segments, wait for deferred frees, and try once more.
       release_cached();
@@ -143,13 +145,14 @@ class DevicePool {
 
   // Pass-through mode: one HAL allocation per request, returned to the HAL on free, still
   // counted (every byte of a flagos tensor is in the statistics, whatever the mode).
-  void* malloc_passthrough(size_t requested) {
+  void* malloc_passthrough(size_t requested, bool may_fail = false) {
     std::lock_guard<std::mutex> lock(mutex_);
     size_t size = round_size(requested);
     bool small = size <= kSmallSize;
     const auto& d = hal_device(device_);
     void* ptr = nullptr;
     flagos_status_t st = d.lib->table->malloc(d.local_index, size, &ptr);
+    if (st == FLAGOS_ERROR_OUT_OF_MEMORY && may_fail) return nullptr;
     if (st == FLAGOS_ERROR_OUT_OF_MEMORY) {
       // Nothing is cached in this mode, but queued frees may still be pending on the HAL.
       stats_.num_alloc_retries++;
@@ -400,16 +403,19 @@ class FlagosAllocator final : public c10::DeviceAllocator {
  public:
   FlagosAllocator() : passthrough_(passthrough_from_env()) {}
 
-  c10::DataPtr allocate(size_t n) override {
-    c10::DeviceIndex device = current_device();
+  c10::DataPtr allocate(size_t n) override { return allocate_on(current_device(), n); }
+
+  c10::DataPtr allocate_on(c10::DeviceIndex device, size_t n, bool may_fail = false) {
     c10::Device dev(c10::DeviceType::PrivateUse1, device);
     if (n == 0) return c10::DataPtr(nullptr, nullptr, &noop_delete, dev);
     if (passthrough_) {
-      void* ptr = pool(device).malloc_passthrough(n);
+      void* ptr = pool(device).malloc_passthrough(n, may_fail);
+      if (!ptr) return c10::DataPtr(nullptr, dev);
       return c10::DataPtr(ptr, new Context{device, ptr}, &passthrough_delete, dev);
     }
     // The block itself is the context: freeing needs no lookup and no extra allocation.
-    Block* block = pool(device).malloc(n, current_stream(device).id());
+    Block* block = pool(device).malloc(n, current_stream(device).id(), may_fail);
+    if (!block) return c10::DataPtr(nullptr, dev);
     return c10::DataPtr(block->ptr, block, &cached_delete, dev);
   }
 
@@ -487,6 +493,10 @@ class FlagosAllocator final : public c10::DeviceAllocator {
 }  // namespace
 
 c10::DeviceAllocator* device_allocator() { return &FlagosAllocator::instance(); }
+
+c10::DataPtr try_allocate_on_device(c10::DeviceIndex device, size_t n) {
+  return FlagosAllocator::instance().allocate_on(device, n, /*may_fail=*/true);
+}
 bool allocator_passthrough() { return FlagosAllocator::instance().passthrough(); }
 
 std::vector<SegmentSnapshot> memory_snapshot() {

@@ -1,0 +1,101 @@
+#include "aten/host_results.h"
+
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/Storage.h>
+
+#include <mutex>
+#include <unordered_map>
+
+#include "runtime/allocator.h"
+
+namespace flagos {
+namespace {
+
+thread_local c10::DeviceIndex t_device = -1;
+
+// The flagos allocations handed out as CPU memory, by address. ideep allocates through
+// raw_allocate, which needs the context to be the data pointer, so the flagos DataPtr
+// (whose context is its block) waits here until the CPU side frees or adopt takes it.
+std::mutex g_mutex;
+std::unordered_map<void*, c10::DataPtr>& live() {
+  static auto* m = new std::unordered_map<void*, c10::DataPtr>();  // leaked: used at exit
+  return *m;
+}
+
+c10::Allocator* g_base = nullptr;  // the CPU allocator outside scopes
+
+std::optional<c10::DataPtr> take(void* ptr) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  auto it = live().find(ptr);
+  if (it == live().end()) return std::nullopt;
+  c10::DataPtr dp = std::move(it->second);
+  live().erase(it);
+  return dp;
+}
+
+void delete_host_result(void* ptr) { take(ptr); }  // the flagos DataPtr frees on scope exit
+
+void raw_delete(void* ptr) {
+  if (!take(ptr)) g_base->raw_deleter()(ptr);
+}
+
+class HostResultsAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(size_t n) override {
+    if (t_device < 0 || n == 0) return g_base->allocate(n);
+    // Kernels also allocate temporaries here (a sum's upcast copy): where flagos memory
+    // is short they take CPU memory, as they would without the scope, rather than fail.
+    c10::DataPtr flagos = try_allocate_on_device(t_device, n);
+    if (!flagos) return g_base->allocate(n);
+    void* ptr = flagos.get();
+    {
+      std::lock_guard<std::mutex> lock(g_mutex);
+      live().emplace(ptr, std::move(flagos));
+    }
+    return c10::DataPtr(ptr, ptr, &delete_host_result, c10::Device(c10::DeviceType::CPU));
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &raw_delete; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    g_base->copy_data(dest, src, count);
+  }
+};
+
+}  // namespace
+
+bool install_host_results_allocator() {
+  static const bool installed = [] {
+    static HostResultsAllocator alloc;
+    g_base = c10::GetCPUAllocator();
+    // Priority above the default CPU allocator's (0); an allocator registered with a
+    // higher one (a profiler's) wins, and results are then copied.
+    c10::SetCPUAllocator(&alloc, /*priority=*/1);
+    return c10::GetCPUAllocator() == &alloc;
+  }();
+  return installed;
+}
+
+HostResultsOnFlagos::HostResultsOnFlagos(c10::DeviceIndex device) : previous_(t_device) {
+  t_device = device;
+}
+
+HostResultsOnFlagos::~HostResultsOnFlagos() { t_device = previous_; }
+
+std::optional<at::Tensor> adopt_as_flagos(const at::Tensor& t) {
+  if (!t.defined() || !t.has_storage() || t.storage().use_count() != 1) return std::nullopt;
+  c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
+  const c10::DataPtr& cpu = impl->data_ptr();
+  if (cpu.get_deleter() != &delete_host_result) return std::nullopt;
+  auto flagos = take(cpu.get());
+  if (!flagos) return std::nullopt;
+  // The CPU storage lets go of the bytes without freeing them: the flagos DataPtr owns them.
+  impl->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::DeviceType::CPU))).release_context();
+  size_t nbytes = impl->nbytes();
+  c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes, std::move(*flagos),
+                       device_allocator(), /*resizable=*/true);
+  auto out = at::detail::make_tensor<c10::TensorImpl>(
+      std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), t.dtype());
+  out.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+  return out;
+}
+
+}  // namespace flagos

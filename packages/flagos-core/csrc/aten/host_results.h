@@ -1,0 +1,41 @@
+// Results of CPU-twin kernels made in flagos memory, so that they need no copy.
+//
+// On a host-addressable HAL (sim) the twin engine runs ATen's CPU kernels on CPU aliases
+// of flagos memory. A kernel that allocates its result (relu, a convolution, most ops
+// without an out= form) would put it in CPU memory, which then has to be copied into
+// flagos memory. While a HostResultsOnFlagos scope is active on a thread, the CPU
+// allocator of that thread allocates from the flagos allocator of the scope's device
+// instead (the bytes are counted there like every flagos byte) where that fits without
+// evicting cached memory; adopt_as_flagos then turns such a result into a flagos tensor
+// in place.
+#pragma once
+
+#include <ATen/Tensor.h>
+
+#include <optional>
+
+namespace flagos {
+
+// Installs the CPU allocator that serves HostResultsOnFlagos scopes (once; it delegates
+// to the previous CPU allocator outside a scope). False when another allocator of higher
+// priority holds the CPU slot: results are then copied as before.
+bool install_host_results_allocator();
+
+// While alive, CPU allocations on this thread come from flagos:`device`'s allocator.
+class HostResultsOnFlagos {
+ public:
+  explicit HostResultsOnFlagos(c10::DeviceIndex device);
+  ~HostResultsOnFlagos();
+  HostResultsOnFlagos(const HostResultsOnFlagos&) = delete;
+  HostResultsOnFlagos& operator=(const HostResultsOnFlagos&) = delete;
+
+ private:
+  c10::DeviceIndex previous_;
+};
+
+// `t` (a CPU tensor) as a flagos tensor on the same bytes, when its storage was allocated
+// in a HostResultsOnFlagos scope and nothing else holds that storage; the CPU tensor is
+// left without data. nullopt otherwise (the caller copies).
+std::optional<at::Tensor> adopt_as_flagos(const at::Tensor& t);
+
+}  // namespace flagos

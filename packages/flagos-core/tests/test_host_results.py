@@ -1,0 +1,77 @@
+"""Fresh results of CPU-twin kernels are made in flagos memory and adopted, not copied
+(csrc/aten/host_results.h): on a host-addressable HAL only."""
+
+from __future__ import annotations
+
+import flagos
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+F = torch.flagos
+
+
+@pytest.fixture(autouse=True)
+def host_twin() -> None:
+    twin = flagos.twin_device()
+    if twin is None or twin.type != "cpu":
+        pytest.skip("needs a HAL whose twin is the CPU (host-addressable memory)")
+
+
+def _ops_inside(fn) -> list[str]:
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    return [e.name for e in prof.events()]
+
+
+@pytest.mark.parametrize("route", ["boxing", "cpu"])
+def test_fresh_result_is_adopted_without_a_copy(route):
+    if route not in flagos.routing.providers():
+        pytest.skip(f"provider {route} not installed")
+    x = torch.randn(64, 64, device="flagos")
+    with flagos.routing.override({"aten::relu": route}):
+        y = torch.relu(x)
+        names = _ops_inside(lambda: torch.relu(x))
+    assert y.device.type == "flagos"
+    torch.testing.assert_close(y.cpu(), torch.relu(x.cpu()), rtol=0, atol=0)
+    # Before adoption the twin engine allocated a flagos tensor and copied into it.
+    assert "aten::relu" in names
+    assert "aten::copy_" not in names and "aten::empty_strided" not in names, names
+
+
+def test_adopted_result_is_counted_and_freed():
+    torch.flagos.synchronize()
+    x = torch.randn(256, 256, device="flagos")
+    before = F.memory_allocated()
+    y = torch.relu(x)
+    assert F.memory_allocated() - before == 256 * 256 * 4
+    y.add_(1)  # an adopted result is an ordinary flagos tensor
+    torch.testing.assert_close(y.cpu(), torch.relu(x.cpu()) + 1)
+    del y
+    assert F.memory_allocated() == before
+
+
+def test_convolution_and_its_backward_match_the_cpu():
+    # mkldnn allocates through raw_allocate (the context must be the data pointer).
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+    x = torch.randn(2, 3, 16, 16, requires_grad=True)
+    fconv = torch.nn.Conv2d(3, 8, 3, padding=1).to("flagos")
+    fconv.load_state_dict(conv.state_dict())
+    fx = x.detach().to("flagos").requires_grad_(True)
+    conv(x).square().sum().backward()
+    fconv(fx).square().sum().backward()
+    torch.testing.assert_close(fx.grad.cpu(), x.grad, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(fconv.weight.grad.cpu(), conv.weight.grad, rtol=1e-4, atol=1e-4)
+
+
+def test_results_shared_between_outputs_stay_correct():
+    # unbind's results are views of the input (not fresh); split of a fresh tensor's
+    # results share one storage: each must still hold the right values.
+    x = torch.randn(6, 4, device="flagos")
+    parts = (x * 2).split(2)
+    for p, ref in zip(parts, (x.cpu() * 2).split(2)):
+        torch.testing.assert_close(p.cpu(), ref)
+    a, b = torch.sort(x, dim=1)  # two fresh results of one kernel
+    ra, rb = torch.sort(x.cpu(), dim=1)
+    assert torch.equal(a.cpu(), ra) and torch.equal(b.cpu(), rb)
