@@ -73,7 +73,7 @@ def test_opinfo(op, route):
         pytest.skip(r["reason"])
     assert r["status"] == "pass", r.get("error")
     # The route was really taken: the forced provider served the routed calls (boxing
-    # leaves ops without a twin kernel, e.g. the convolution_overrideable hook, to cpu).
+    # leaves ops without a twin kernel, e.g. mode.values, to cpu).
     served = r.get("providers", {})
     allowed = {route} if route == "cpu" else {route, "cpu"}
     assert set(served) <= allowed, served

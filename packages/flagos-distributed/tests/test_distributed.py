@@ -90,7 +90,9 @@ def test_every_collective_matches_gloo_on_cpu(world):
     batch_isend_irecv, coalesced variants, async work; zero-copy and staged paths;
     shape/dtype mismatches are errors."""
     outs = _launch("collectives", world, env=ON_SIM)
-    assert f"compared {2 * 35} collectives" in outs[0]
+    # all_gather_single is newer than torch 2.11; the worker checks what this torch has.
+    optional = sum(hasattr(dist, n) for n in ("all_gather_into_tensor", "all_gather_single"))
+    assert f"compared {2 * (33 + optional)} collectives" in outs[0]
 
 
 def test_init_process_group_modes():

@@ -55,3 +55,23 @@ def test_in_place_result_is_the_callers_tensor_and_shares_memory() -> None:
         out = view.mul_(3)
     assert out is view
     assert x.cpu().tolist() == [1.0, 3.0, 3.0, 1.0]
+
+
+def test_convolutions_run_on_the_twin_forward_and_backward() -> None:
+    # PrivateUse1 receives the convolution_overrideable hooks; boxing serves them (the
+    # engine runs aten::convolution on the twin) instead of leaving them to the CPU fallback,
+    # which on a device twin would stage every convolution through host memory.
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+    x = torch.randn(2, 3, 8, 8, requires_grad=True)
+    fconv = torch.nn.Conv2d(3, 4, 3, padding=1).to("flagos")
+    fconv.load_state_dict(conv.state_dict())
+    fx = x.detach().to("flagos").requires_grad_(True)
+    flagos.routing.reset_stats()
+    with flagos.routing.override({"default": ["boxing"]}):
+        fconv(fx).sum().backward()
+    conv(x).sum().backward()
+    torch.testing.assert_close(fx.grad.cpu(), x.grad, rtol=1e-4, atol=1e-4)
+    stats = flagos.routing.stats()
+    for hook in ("aten::convolution_overrideable", "aten::convolution_backward_overrideable"):
+        assert set(stats[hook]) == {"boxing"}, stats[hook]

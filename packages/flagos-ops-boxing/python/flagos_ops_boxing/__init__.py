@@ -34,8 +34,19 @@ def _twin_key_of_hal(hal: str) -> str | None:
     return None
 
 
+# Hooks a PrivateUse1 backend receives in place of a native op; the twin engine runs the
+# native op instead (native_equivalent in flagos-core's csrc/dispatch/engines.cpp), whose
+# composite kernel reaches the twin's own (cudnn, mkldnn). Served wherever a twin is.
+_NATIVE_EQUIVALENTS = {
+    "aten::convolution_overrideable": "aten::convolution",
+    "aten::convolution_backward_overrideable": "aten::convolution_backward",
+}
+
+
 @functools.cache
 def _has_twin_kernel(op: str, key: str) -> bool:
+    if op in _NATIVE_EQUIVALENTS:
+        return True
     try:
         return torch._C._dispatch_has_kernel_for_dispatch_key(op, key)
     except RuntimeError:  # not an operator this torch knows
