@@ -25,9 +25,15 @@ def _fake(fn, *tensors):
 
 
 def _strides(out):
+    """Strides as Inductor's assert_size_stride compares them: those of size-1 dims are
+    ignored (any value is the same layout)."""
+    def of(t):
+        if t is None:
+            return None
+        return tuple(s if n > 1 else None for n, s in zip(t.shape, t.stride()))
     if isinstance(out, torch.Tensor):
-        return [out.stride()]
-    return [t.stride() if t is not None else None for t in out]
+        return [of(out)]
+    return [of(t) for t in out]
 
 
 def _conv(x, w, b, stride, padding, transposed=False):

@@ -5,6 +5,7 @@ Device/Generator/dtype arguments, CPU scalars, empty and complex tensors, sparse
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -417,6 +418,7 @@ def test_repeated_calls_reuse_aliases_without_keeping_memory() -> None:
     come back, when one tensor is passed twice, when an out= tensor is resized, and when
     a freed storage's memory is handed out again; the cache holds no flagos memory."""
     dev = torch.device("flagos", 0)
+    gc.collect()  # earlier tests' garbage must not be freed in the middle of this one
     torch.flagos.synchronize()
     start = torch.flagos.memory_allocated(0)
     a_cpu, b_cpu = torch.randn(16, 16), torch.randn(16, 16)

@@ -150,8 +150,54 @@ def _patch_device_need_guard() -> None:
     applied.extend(_rebind("torch._inductor", original, device_need_guard))
 
 
+def _twin_of_fake(t: Any) -> torch.device | None:
+    """The twin device of a fake tensor on flagos (None: not one, or opaque memory)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    if not isinstance(t, FakeTensor) or t.fake_device.type != "flagos":
+        return None
+    index = t.fake_device.index if t.fake_device.index is not None else 0
+    twin = twin_of(index)
+    if twin == "cpu":
+        return torch.device("cpu")
+    return cuda_twin(t.fake_device) if twin == "cuda" else None
+
+
+def _patch_select_conv_backend() -> None:
+    # WHY: the fake kernel of aten::convolution / convolution_backward (fake_impls.py
+    # `conv`) predicts the result layout from torch._C._select_conv_backend, which answers
+    # `Overrideable` for a PrivateUse1 tensor (contiguous results); the twin's kernel keeps
+    # channels_last inputs channels_last. flagos-core's twin engine (engines.cpp ConvLayout)
+    # chooses the backend on twin aliases; here the fake kernel is made to choose it on fake
+    # tensors of the twin device, so the prediction is the twin's layout and flagos
+    # convolutions need no re-layout (nor Inductor's layout optimization a conversion back).
+    # No extension point: the backend choice is a C++ switch on the device type.
+    original = torch._C._select_conv_backend
+    if getattr(original, "_flagos_patch", False):
+        return
+
+    def select_conv_backend(input: Any, weight: Any, *args: Any, **kwargs: Any) -> Any:
+        twin = _twin_of_fake(input)
+        if twin is not None:
+            with input.fake_mode:
+                def on_twin(t: Any) -> Any:
+                    if not isinstance(t, torch.Tensor):
+                        return t
+                    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=twin)
+                input, weight = on_twin(input), on_twin(weight)
+                args = tuple(on_twin(a) for a in args)
+                kwargs = {k: on_twin(v) for k, v in kwargs.items()}
+        return original(input, weight, *args, **kwargs)
+
+    select_conv_backend._flagos_patch = True  # type: ignore[attr-defined]
+    select_conv_backend.__wrapped__ = original  # type: ignore[attr-defined]
+    torch._C._select_conv_backend = select_conv_backend
+    applied.append("torch._C._select_conv_backend")
+
+
 def apply() -> None:
     """Apply the patches this torch release needs."""
+    _patch_select_conv_backend()
     _patch_scheduler_node_is_cpu()
     _patch_get_current_backend()
     _patch_device_properties()

@@ -106,13 +106,15 @@ const c10::OperatorHandle& native_equivalent(const c10::OperatorHandle& op,
 // torch.compile traces with fake tensors; for aten::convolution / convolution_backward the
 // fake kernel (torch/_subclasses/fake_impls.py `conv`, over the meta kernels of
 // torch/_meta_registrations.py) asks at::native::select_conv_backend for the device's conv
-// backend, which for a PrivateUse1 tensor is `Overrideable`, and lays the results out in
-// at::native::_determine_backend_memory_format(input, weight, backend): contiguous for
-// flagos in torch 2.13. The twin's kernel (mkldnn on the CPU, cudnn on CUDA) picks its own
-// layout (channels_last for channels_last inputs), and Inductor checks the strides of every
-// extern kernel's result against the fake prediction. So a flagos convolution returns the
-// strides the fake kernel predicts; the twin's result is copied into flagos memory anyway
-// (see TwinCall::from_twin), so returning another layout costs no extra copy on twin routes.
+// backend and lays the results out in at::native::_determine_backend_memory_format(input,
+// weight, backend); Inductor checks the strides of every extern kernel's result against
+// that prediction. For a PrivateUse1 tensor the backend would be `Overrideable` (contiguous
+// results whatever the inputs), while the twin's kernel (mkldnn on the CPU, cudnn on CUDA)
+// keeps channels_last inputs channels_last: every channels_last convolution would then be
+// re-laid out, and Inductor's layout optimization would convert back and forth. So both
+// sides choose the backend as the twin would: here on twin aliases of the arguments,
+// in flagos_compile by a patch of torch._C._select_conv_backend for flagos fake tensors.
+// Results then keep the twin kernel's layout (no copy), as native convolutions do.
 //
 // Mirrored (torch 2.13):
 //  - mem_fmt = _determine_backend_memory_format(input, weight, select_conv_backend(...)),
@@ -157,9 +159,20 @@ class ConvLayout {
     auto output_padding = arg(off + 7).toIntVector();
     ConvLayout layout;
     layout.backward_ = backward;
+    // The backend is the twin's (mkldnn, cudnn), chosen on aliases of the arguments: the
+    // layout then is the one the twin's kernel gives, so results need no layout change.
+    // flagos_compile makes the fake kernel choose the same way (its _patches.py).
+    std::optional<c10::Device> twin;
+    if (auto type = twin_device_type(input.device().index())) {
+      twin = *type == c10::DeviceType::CPU ? c10::Device(c10::DeviceType::CPU)
+                                           : *device_twin(input.device().index());
+    }
+    auto on_twin = [&](const at::Tensor& t) { return twin ? alias_as(t, *twin) : t; };
     try {
+      std::optional<at::Tensor> twin_bias;
+      if (bias) twin_bias = on_twin(*bias);
       auto backend = at::native::select_conv_backend(
-          input, weight, bias, c10::fromIntArrayRefSlow(stride), c10::fromIntArrayRefSlow(padding),
+          on_twin(input), on_twin(weight), twin_bias, c10::fromIntArrayRefSlow(stride), c10::fromIntArrayRefSlow(padding),
           c10::fromIntArrayRefSlow(dilation), arg(off + 6).toBool(),
           c10::fromIntArrayRefSlow(output_padding), c10::SymInt(arg(off + 8).toInt()),
           bias_sizes ? at::OptionalSymIntArrayRef(c10::fromIntArrayRefSlow(*bias_sizes))
