@@ -13,6 +13,17 @@ import pytest
 import torch
 
 
+@pytest.fixture(autouse=True, scope="session")
+def full_fp32_on_cuda_twins():
+    """These tests compare flagos on a CUDA twin with the CPU at fp32 tolerances; cudnn's
+    default TF32 convolutions (and TF32 matmuls where enabled) differ by ~1e-2."""
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
 @pytest.fixture(autouse=True)
 def fresh_dynamo():
     torch._dynamo.reset()
