@@ -75,3 +75,18 @@ def test_results_shared_between_outputs_stay_correct():
     a, b = torch.sort(x, dim=1)  # two fresh results of one kernel
     ra, rb = torch.sort(x.cpu(), dim=1)
     assert torch.equal(a.cpu(), ra) and torch.equal(b.cpu(), rb)
+
+
+def test_out_tensor_grown_by_the_kernel_leaves_no_memory_behind():
+    # The kernel reallocates the out= alias (in flagos memory, in the scope); its bytes are
+    # copied into the caller's tensor, and the alias, kept in the per-thread alias cache,
+    # must not hold on to them.
+    torch.flagos.synchronize()
+    a = torch.randn(16, 16, device="flagos")
+    start = F.memory_allocated()
+    grow = torch.empty(0, device="flagos")
+    for n in (4, 64, 128):
+        torch.add(a.flatten()[:n], 1, out=grow)
+        torch.testing.assert_close(grow.cpu(), a.cpu().flatten()[:n] + 1)
+    del grow
+    assert F.memory_allocated() == start

@@ -357,6 +357,11 @@ class TwinCall {
       }
       o.unsafeGetTensorImpl()->set_sizes_and_strides(a.sizes(), a.strides(), a.storage_offset());
       borrowed_alias(o, a.device()).copy_(a);
+      // The alias may live on in the per-thread alias cache: it must not keep the bytes
+      // the kernel gave it (flagos memory, on a CPU twin, see host_results.h).
+      c10::StorageImpl* grown = a.storage().unsafeGetStorageImpl();
+      grown->set_data_ptr_noswap(c10::DataPtr(nullptr, a.device()));
+      grown->set_nbytes(0);
     }
   }
 
