@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 from torch._dynamo.device_interface import register_interface_for_device
 from torch._inductor.codegen.common import (
@@ -22,7 +24,12 @@ def register_all() -> None:
     register_interface_for_device("flagos", FlagosInterface)
     for i in range(torch.flagos.device_count()):
         register_interface_for_device(f"flagos:{i}", FlagosInterface)
-    register_backend_for_device("flagos", scheduling_class(), FlagosWrapperCodegen)
+    extra = {}
+    if "device_custom_pass" in inspect.signature(register_backend_for_device).parameters:
+        from flagos_compile._cache_key import FlagosCacheKeyPass
+
+        extra["device_custom_pass"] = FlagosCacheKeyPass()  # flagos' build in the cache key
+    register_backend_for_device("flagos", scheduling_class(), FlagosWrapperCodegen, **extra)
     # torch loads its own device op overrides (cuda, cpu, xpu, ...) on first lookup; up to
     # torch 2.12 only while the registry is empty, so registering flagos first left native
     # CUDA graphs with no device guard (`with pass:`). Look one up first.
