@@ -26,9 +26,12 @@ def register_all() -> None:
         register_interface_for_device(f"flagos:{i}", FlagosInterface)
     extra = {}
     if "device_custom_pass" in inspect.signature(register_backend_for_device).parameters:
-        from flagos_compile._cache_key import FlagosCacheKeyPass
-
-        extra["device_custom_pass"] = FlagosCacheKeyPass()  # flagos' build in the cache key
+        try:
+            from flagos_compile._cache_key import FlagosCacheKeyPass
+        except ImportError:  # a torch with device passes but another pass base class
+            FlagosCacheKeyPass = None
+        if FlagosCacheKeyPass is not None:
+            extra["device_custom_pass"] = FlagosCacheKeyPass()  # flagos' build in the key
     register_backend_for_device("flagos", scheduling_class(), FlagosWrapperCodegen, **extra)
     # torch loads its own device op overrides (cuda, cpu, xpu, ...) on first lookup; up to
     # torch 2.12 only while the registry is empty, so registering flagos first left native
