@@ -440,3 +440,19 @@ def test_repeated_calls_reuse_aliases_without_keeping_memory() -> None:
     del a, b, out, grow, x, y
     torch.flagos.synchronize()
     assert torch.flagos.memory_allocated(0) == start
+
+
+def test_a_tensor_passed_twice_is_one_tensor_to_the_kernel() -> None:
+    """add(x, y, out=x): natively the kernel sees that out is an input and refuses to resize
+    it; the twin engine must hand it one alias for both, not two."""
+    x_cpu, y_cpu = torch.ones(4), torch.ones(3, 4)
+    with pytest.raises(RuntimeError) as native:
+        torch.add(x_cpu, y_cpu, out=x_cpu)
+    x, y = torch.ones(4, device=DEV), torch.ones(3, 4, device=DEV)
+    with pytest.raises(RuntimeError) as routed:
+        torch.add(x, y, out=x)
+    assert str(routed.value).splitlines()[0] == str(native.value).splitlines()[0]
+    assert x.shape == (4,) and x.cpu().tolist() == [1.0] * 4
+    z = torch.arange(4.0, device=DEV)
+    torch.mul(z, z, out=z)
+    assert z.cpu().tolist() == [0.0, 1.0, 4.0, 9.0]

@@ -251,6 +251,11 @@ class TwinCall {
 
   at::Tensor to_twin(const at::Tensor& t) {
     if (!is_flagos(t)) return t;
+    // A tensor passed twice (add(x, y, out=x)) is one alias, so the kernel sees the same
+    // tensor in both places, as natively (its overlap and resize checks depend on it).
+    for (size_t k = 0; k < originals_.size(); ++k) {
+      if (originals_[k].is_same(t)) return aliases_[k];
+    }
     devices_ |= uint64_t{1} << t.device().index();
     c10::Device twin(twin_, twin_index(t.device().index()));
     // Lazy conjugate/negative views (ops that handle them, e.g. mm, reach us unresolved)
