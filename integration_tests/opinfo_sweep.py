@@ -19,9 +19,11 @@ compared and the OpInfo is counted as "random (shape-only)" in the table.
 
 On a HAL whose twin is a native device other than the CPU (CUDA), the twin's kernels draw
 from the twin's generator (another algorithm than the CPU's), so a twin route's random ops
-cannot match the CPU. Where the forward or in-place values differ from the CPU's, they are
-compared with the same op run natively on the twin device under the same seed (the route
-must reproduce the twin's own numbers); such samples count as "twin reference".
+cannot match the CPU. Where the forward or in-place values of an op that consumes the
+default generator differ from the CPU's, they are compared with the same op run natively
+on the twin device under the same seed (the route must reproduce the twin's own numbers);
+such samples count as "twin reference". Other ops must match the CPU; TF32 is off on CUDA
+twins so that cudnn and cuBLAS compute in float32.
 
 Ops run in worker subprocesses (a crash or a hang costs one OpInfo, reported as failed).
 
@@ -58,8 +60,18 @@ TOL = {  # (rtol, atol): forward; gradients get 10x
 # worker side: runs OpInfos in this process
 
 
+def _full_fp32_on_cuda() -> None:
+    import torch
+
+    # (torch.testing._internal freezes the torch.backends.cudnn setters)
+    torch._C._set_cudnn_allow_tf32(False)
+    torch.backends.cuda.matmul.allow_tf32 = False
+
+
 def _setup_route(route: str) -> None:
     import flagos
+
+    _full_fp32_on_cuda()
 
     if route == "twin" and "twin" not in flagos.routing.providers():
         from flagos import _C
@@ -271,16 +283,39 @@ def _to_device(x, dev):
     return x
 
 
-def _matches_twin(fn, cpu_sample, seed, fl_result, dtype_name) -> bool:
-    """Whether `fl_result` equals `fn` run natively on the twin device (not the CPU) under
-    the same seed: what a twin route must reproduce for ops that differ by device (RNG)."""
+def _consumes_rng(fn, cpu_sample, seed) -> bool:
+    """Whether the CPU run calls an ATen op tagged nondeterministic_seeded (it draws random
+    numbers), also for OpInfos that seed and restore the generator themselves."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Seeded(TorchDispatchMode):
+        seen = False
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if torch.Tag.nondeterministic_seeded in getattr(func, "tags", ()):
+                Seeded.seen = True
+            return func(*args, **(kwargs or {}))
+
+    try:
+        with Seeded():
+            _call(fn, _clone(cpu_sample), seed)
+    except Exception:  # noqa: BLE001
+        return False
+    return Seeded.seen
+
+
+def _matches_twin(fn, cpu_sample, seed, fl_result, dtype_name, check_device) -> bool:
+    """For a random op only: whether `fl_result` equals `fn` run natively on the twin device
+    (not the CPU) under the same seed, as a twin route must (the twin's generator draws
+    other numbers than the CPU's)."""
     twin = _native_twin()
-    if twin is None:
+    if twin is None or not _consumes_rng(fn, cpu_sample, seed):
         return False
     try:
         ref = _call(fn, _to_device(_clone(cpu_sample), twin), seed)
         ref = _to_device(ref, "cpu")
-        _compare(fl_result, ref, dtype_name, check_device=False)
+        _compare(fl_result, ref, dtype_name, check_device=check_device)
     except Exception:  # noqa: BLE001
         return False
     return True
@@ -354,7 +389,8 @@ def _run_sample(op, sample, fl_sample, dtype, res: Result, seed: int) -> None:
                 raise _Mismatch("uninitialized memory")
             _compare(fl_out, cpu_out, dname, check_device=_mentions_flagos(fl) and not _names_cpu(fl))
         except AssertionError:
-            if op.name not in UNINITIALIZED and _matches_twin(op, cpu, seed, fl_out, dname):
+            if op.name not in UNINITIALIZED and _matches_twin(
+                    op, cpu, seed, fl_out, dname, _mentions_flagos(fl) and not _names_cpu(fl)):
                 res.twin_reference += 1
                 raise _TwinReferenced from None
             if op.name not in UNINITIALIZED and not _uses_rng(op, cpu, seed, cpu_out):
@@ -449,7 +485,7 @@ def _run_sample(op, sample, fl_sample, dtype, res: Result, seed: int) -> None:
                     def mutated(*a, **k):
                         ip(*a, **k)
                         return a[0]
-                    if _matches_twin(mutated, cpu, seed, fs[0], dname):
+                    if _matches_twin(mutated, cpu, seed, fs[0], dname, True):
                         res.twin_reference += 1
                         return
                     if not _uses_rng(mutated, cpu, seed, cs[0]):

@@ -90,3 +90,30 @@ def test_out_tensor_grown_by_the_kernel_leaves_no_memory_behind():
         torch.testing.assert_close(grow.cpu(), a.cpu().flatten()[:n] + 1)
     del grow
     assert F.memory_allocated() == start
+
+
+def test_a_result_something_else_holds_is_copied_not_taken():
+    # A kernel that keeps its result (a cache) as well as returning it: adoption would
+    # leave the kept tensor without data.
+    kept = []
+    lib = torch.library.Library("flagos_host_results_test", "DEF")
+    lib.define("keep(Tensor x) -> Tensor")
+
+    def keep(x):
+        y = x * 2
+        kept.append(y)
+        return y
+
+    lib.impl("keep", keep, "CPU")
+    x = torch.ones(3, device="flagos")
+    with flagos.routing.override({"flagos_host_results_test::keep": "cpu"}):
+        y = torch.ops.flagos_host_results_test.keep(x)
+    assert y.cpu().tolist() == [2.0] * 3
+    assert kept[0].tolist() == [2.0] * 3  # still readable
+
+
+def test_a_lazy_conjugate_result_keeps_its_meaning():
+    x = torch.tensor([1 + 2j, 3 - 4j], device="flagos")
+    with torch.inference_mode():
+        got = torch.ops.aten.conj(x * 1)
+    assert torch.equal(got.cpu().resolve_conj(), torch.tensor([1 - 2j, 3 + 4j]))

@@ -81,7 +81,12 @@ HostResultsOnFlagos::HostResultsOnFlagos(c10::DeviceIndex device) : previous_(t_
 HostResultsOnFlagos::~HostResultsOnFlagos() { t_device = previous_; }
 
 std::optional<at::Tensor> adopt_as_flagos(const at::Tensor& t) {
-  if (!t.defined() || !t.has_storage() || t.storage().use_count() != 1) return std::nullopt;
+  // Only a result nothing else holds (no cache, no second return) may give its bytes
+  // away; lazy conj/neg results are resolved by the copy path.
+  if (!t.defined() || !t.has_storage() || t.use_count() != 1 ||
+      t.storage().use_count() != 1 || t.is_conj() || t.is_neg()) {
+    return std::nullopt;
+  }
   c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
   const c10::DataPtr& cpu = impl->data_ptr();
   if (cpu.get_deleter() != &delete_host_result) return std::nullopt;
@@ -90,6 +95,7 @@ std::optional<at::Tensor> adopt_as_flagos(const at::Tensor& t) {
   // The CPU storage lets go of the bytes without freeing them: the flagos DataPtr owns them.
   impl->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::DeviceType::CPU))).release_context();
   size_t nbytes = impl->nbytes();
+  impl->set_nbytes(0);  // the emptied CPU storage claims no bytes
   c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes, std::move(*flagos),
                        device_allocator(), /*resizable=*/true);
   auto out = at::detail::make_tensor<c10::TensorImpl>(

@@ -34,8 +34,9 @@ class HostResultsOnFlagos {
 };
 
 // `t` (a CPU tensor) as a flagos tensor on the same bytes, when its storage was allocated
-// in a HostResultsOnFlagos scope and nothing else holds that storage; the CPU tensor is
-// left without data. nullopt otherwise (the caller copies).
+// in a HostResultsOnFlagos scope and nothing else holds `t` or its storage (`t` itself must
+// be the only reference: pass the stack's tensor, not a copy); the CPU tensor is left
+// without data. nullopt otherwise, and for conj/neg views (the caller copies).
 std::optional<at::Tensor> adopt_as_flagos(const at::Tensor& t);
 
 }  // namespace flagos
