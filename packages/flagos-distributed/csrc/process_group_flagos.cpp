@@ -916,6 +916,13 @@ WorkPtr ProcessGroupFlagOS::alltoall_through_base(std::vector<at::Tensor>& outpu
   // copied into the outputs once it completes.
   std::vector<int64_t> in_splits, out_splits;
   std::vector<at::Tensor> flat;
+  for (const auto* list : {&inputs, &outputs}) {
+    for (const auto& t : *list) {
+      TORCH_CHECK(t.scalar_type() == outputs.at(0).scalar_type(),
+                  "flagos: all_to_all needs one dtype for every input and output tensor; got ",
+                  t.scalar_type(), " and ", outputs.at(0).scalar_type());
+    }
+  }
   for (const auto& t : inputs) {
     flat.push_back(t.reshape(-1));
     in_splits.push_back(t.numel());

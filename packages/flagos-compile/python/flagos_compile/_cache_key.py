@@ -32,6 +32,10 @@ def build_id() -> str:
         if name.endswith(".py"):
             with open(os.path.join(here, name), "rb") as f:
                 h.update(name.encode() + b"\0" + f.read())
+    # the twin of each device decides the code (C++ or Triton) and the layouts
+    twins = [torch.flagos.get_device_properties(i).twin_device
+             for i in range(torch.flagos.device_count())]
+    h.update(repr((twins, os.environ.get("FLAGOS_NO_HOST_ALIAS"))).encode())
     lib = flagos._C.__file__
     st = os.stat(lib)  # the core's engines decide the layouts the code asserts
     h.update(f"{os.path.basename(lib)}:{st.st_size}:{st.st_mtime_ns}".encode())

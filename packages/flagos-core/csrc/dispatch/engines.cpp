@@ -365,8 +365,10 @@ class TwinCall {
       // The alias may live on in the per-thread alias cache: it must not keep the bytes
       // the kernel gave it (flagos memory, on a CPU twin, see host_results.h).
       c10::StorageImpl* grown = a.storage().unsafeGetStorageImpl();
-      grown->set_data_ptr_noswap(c10::DataPtr(nullptr, a.device()));
-      grown->set_nbytes(0);
+      if (a.storage().use_count() == 1) {  // not a storage the kernel shares elsewhere
+        grown->set_data_ptr_noswap(c10::DataPtr(nullptr, a.device()));
+        grown->set_nbytes(0);
+      }
     }
   }
 
