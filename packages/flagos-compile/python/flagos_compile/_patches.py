@@ -156,8 +156,8 @@ def _twin_of_fake(t: Any) -> torch.device | None:
 
     if not isinstance(t, FakeTensor) or t.fake_device.type != "flagos":
         return None
-    index = t.fake_device.index if t.fake_device.index is not None else 0
-    twin = twin_of(index)
+    index = t.fake_device.index
+    twin = twin_of(index if index is not None else torch.flagos.current_device())
     if twin == "cpu":
         return torch.device("cpu")
     return cuda_twin(t.fake_device) if twin == "cuda" else None
