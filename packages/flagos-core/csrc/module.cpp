@@ -166,6 +166,7 @@ PYBIND11_MODULE(_C, m) {
     flagos::register_provider(name, k, fn.is_none() ? nullptr : fn.ptr());
   }, py::arg("name"), py::arg("kind"), py::arg("fn") = py::none());
   m.def("_providers", &flagos::registered_providers);
+  m.def("_routed_kernel_ops", &flagos::routed_kernel_ops);
   m.def("_set_resolver", [](py::object fn) { flagos::set_resolver(fn.is_none() ? nullptr : fn.ptr()); });
   m.def("_bump_routing_version", &flagos::bump_routing_version);
   m.def("_routing_version", &flagos::routing_version);

@@ -184,8 +184,13 @@ def test_autograd_through_every_route(route):
     assert x.grad.device.type == "flagos"
     st = flagos.routing.stats()
     name = "probe_grad" if route == "python" else route
-    assert st["aten::threshold_backward.grad_input"][name]["calls"] >= 1
-    assert st["aten::mm.out"][name]["calls"] >= 3  # forward, and both gradients
+
+    def calls(op):  # a structured op arrives functional (fast kernels) or as its out= form
+        return sum(s.get(name, {}).get("calls", 0) for k, s in st.items()
+                   if k in (f"aten::{op}", f"aten::{op}.out", f"aten::{op}.grad_input"))
+
+    assert calls("threshold_backward") >= 1
+    assert calls("mm") >= 3  # forward, and both gradients
     if route == "python":
         assert any(c.startswith("aten::threshold_backward") for c in probe.calls)
 

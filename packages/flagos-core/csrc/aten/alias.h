@@ -9,6 +9,11 @@
 
 namespace flagos {
 
+// A defined tensor on a flagos device.
+inline bool is_flagos(const at::Tensor& t) {
+  return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
+}
+
 // The twin device type of a flagos device, or nullopt when its memory is opaque.
 std::optional<c10::DeviceType> twin_device_type(c10::DeviceIndex device);
 // The index of the twin device (cuda:N) of a flagos device, or -1 (CPU twin or none).

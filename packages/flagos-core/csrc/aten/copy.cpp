@@ -16,8 +16,6 @@
 namespace flagos {
 namespace {
 
-bool is_flagos(const at::Tensor& t) { return t.device().type() == c10::DeviceType::PrivateUse1; }
-
 void hal_copy(c10::DeviceIndex device, void* dst, const void* src, size_t bytes,
               flagos_memcpy_kind_t kind, bool non_blocking, const void* pinned_host) {
   if (bytes == 0) return;

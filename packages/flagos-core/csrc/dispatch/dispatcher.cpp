@@ -11,10 +11,16 @@
 #include <shared_mutex>
 #include <unordered_map>
 
+#include "aten/alias.h"
 #include "dispatch/python_bridge.h"
 #include "runtime/hal.h"
 
 namespace flagos {
+
+struct RouteCounters {
+  std::atomic<uint64_t> calls{0}, ns{0}, declined{0};
+};
+
 namespace {
 
 struct Provider {
@@ -23,14 +29,14 @@ struct Provider {
   PyObjectRef callable;  // PYTHON only
 };
 
-struct Counters {
-  std::atomic<uint64_t> calls{0}, ns{0}, declined{0};
-};
+using Counters = RouteCounters;
 
 struct Route {
   uint64_t version;
   std::vector<std::shared_ptr<Provider>> chain;
   std::vector<Counters*> counters;
+  // The twin device type when the chain starts with the twin engine (see twin_route).
+  std::optional<c10::DeviceType> twin;
 };
 
 // Per operator. Routes are published through atomic raw pointers (one load on the hot
@@ -101,6 +107,9 @@ const Route* resolve(OpState& st, c10::DeviceIndex device, uint64_t version) {
     TORCH_INTERNAL_ASSERT(cpu, "flagos: the cpu provider is not registered");
     route->chain.push_back(cpu);
   }
+  EngineKind head = route->chain.front()->kind;
+  if (head == EngineKind::TWIN) route->twin = twin_device_type(device);
+  else if (head == EngineKind::CPU && host_addressable(device)) route->twin = c10::DeviceType::CPU;
   for (const auto& p : route->chain) {
     auto& c = st.counters[p->name];
     if (!c) c = std::make_unique<Counters>();
@@ -155,22 +164,24 @@ bool run_provider(const Provider& p, const c10::OperatorHandle& op, torch::jit::
   return false;
 }
 
+const Route* current_route(OpState& st, c10::DeviceIndex device) {
+  uint64_t version = g_version.load(std::memory_order_acquire);
+  const Route* route = st.routes[device].load(std::memory_order_acquire);
+  return route && route->version == version ? route : resolve(st, device, version);
+}
+
 void flagos_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
   auto device = infer_device(op, *stack);
   hal_device(device);  // validates the index with a clear error
   OpState& st = op_state(op);
-  uint64_t version = g_version.load(std::memory_order_acquire);
-  const Route* route = st.routes[device].load(std::memory_order_acquire);
-  if (!route || route->version != version) route = resolve(st, device, version);
+  const Route* route = current_route(st, device);
   for (size_t i = 0; i < route->chain.size(); ++i) {
     auto t0 = std::chrono::steady_clock::now();
     bool accepted = run_provider(*route->chain[i], op, stack, device);
     auto dt = std::chrono::steady_clock::now() - t0;
     auto* c = route->counters[i];
     if (accepted) {
-      c->calls.fetch_add(1, std::memory_order_relaxed);
-      c->ns.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(dt).count(),
-                      std::memory_order_relaxed);
+      record_call(c, dt);
       return;
     }
     c->declined.fetch_add(1, std::memory_order_relaxed);
@@ -179,6 +190,40 @@ void flagos_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::
 }
 
 }  // namespace
+
+void run_routed(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
+  flagos_fallback(op, keys, stack);
+}
+
+std::optional<TwinRoute> twin_route(const c10::OperatorHandle& op, c10::DeviceIndex device) {
+  const Route* route = current_route(op_state(op), device);
+  if (!route->twin) return std::nullopt;
+  return TwinRoute{*route->twin, route->counters.front()};
+}
+
+void record_call(RouteCounters* counters, std::chrono::steady_clock::duration elapsed) {
+  counters->calls.fetch_add(1, std::memory_order_relaxed);
+  counters->ns.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count(),
+                         std::memory_order_relaxed);
+}
+
+namespace {
+std::mutex g_routed_kernel_ops_mutex;
+std::vector<std::string>& routed_kernel_op_names() {
+  static auto* names = new std::vector<std::string>();
+  return *names;
+}
+}  // namespace
+
+void note_routed_kernel_op(const std::string& name) {
+  std::lock_guard<std::mutex> lock(g_routed_kernel_ops_mutex);
+  routed_kernel_op_names().push_back("aten::" + name);
+}
+
+std::vector<std::string> routed_kernel_ops() {
+  std::lock_guard<std::mutex> lock(g_routed_kernel_ops_mutex);
+  return routed_kernel_op_names();
+}
 
 std::string op_full_name(const c10::OperatorHandle& op) {
   const auto& n = op.operator_name();
@@ -250,7 +295,8 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
 // route them like every other op.
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   for (const char* name : {"mode.values", "convolution_overrideable",
-                           "convolution_backward_overrideable", "native_layer_norm"}) {
+                           "convolution_backward_overrideable"}) {
+    note_routed_kernel_op(name);
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&flagos_fallback>());
   }
 }

@@ -4,7 +4,9 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <chrono>
 #include <functional>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -35,5 +37,25 @@ void reset_routing_stats();
 void run_twin(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DeviceIndex device);
 void run_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DeviceIndex device);
 std::string op_full_name(const c10::OperatorHandle& op);
+
+// The ops with a PrivateUse1 kernel of their own that still go down their route (the
+// convolution hooks, the fast kernels of hot ops): "aten::add.Tensor", ...
+std::vector<std::string> routed_kernel_ops();
+void note_routed_kernel_op(const std::string& name);
+
+// The boxed fallback every routed op arrives at: runs `op` down its route.
+void run_routed(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack);
+
+// For the unboxed kernels of hot ops (fast_kernels.cpp): when the route of `op` on `device`
+// starts with the twin engine (the boxing provider, or the cpu provider on a
+// host-addressable device), the twin device type it runs on and the counters that
+// record_call adds the call to; nullopt when the op must take run_routed.
+struct RouteCounters;
+struct TwinRoute {
+  c10::DeviceType twin;
+  RouteCounters* counters;
+};
+std::optional<TwinRoute> twin_route(const c10::OperatorHandle& op, c10::DeviceIndex device);
+void record_call(RouteCounters* counters, std::chrono::steady_clock::duration elapsed);
 
 }  // namespace flagos

@@ -2,6 +2,7 @@
 // included) is a worker thread running its queue in order, so async work really is
 // asynchronous. An event record queues a marker; when the worker reaches it, the
 // capture completes with a steady-clock timestamp.
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -53,7 +54,9 @@ struct Stream : flagos_stream_s {
   std::mutex mu;
   std::condition_variable has_work, idle;
   std::deque<Task> queue;
-  size_t pending = 0;  // queued or running
+  // Queued or running. Changed under `mu`; read without it where the answer alone is
+  // enough (an idle stream's synchronize is on every host access of the memory).
+  std::atomic<size_t> pending{0};
   bool stopping = false;
   std::thread worker;
 
@@ -73,7 +76,7 @@ struct Stream : flagos_stream_s {
       }
       task();
       std::lock_guard<std::mutex> lock(mu);
-      if (--pending == 0) idle.notify_all();
+      if (pending.fetch_sub(1, std::memory_order_release) == 1) idle.notify_all();
     }
   }
   void push(Task task) {
@@ -82,13 +85,11 @@ struct Stream : flagos_stream_s {
     ++pending;
     has_work.notify_one();
   }
-  bool is_idle() {
-    std::lock_guard<std::mutex> lock(mu);
-    return pending == 0;
-  }
+  bool is_idle() { return pending.load(std::memory_order_acquire) == 0; }
   void synchronize() {
+    if (is_idle()) return;
     std::unique_lock<std::mutex> lock(mu);
-    idle.wait(lock, [&] { return pending == 0; });
+    idle.wait(lock, [&] { return pending.load(std::memory_order_acquire) == 0; });
   }
   void stop() {
     {

@@ -76,11 +76,15 @@ def coverage(hal: str = "sim") -> list[str]:
     key = _twin_key_of_hal(hal)
     if key is None:
         return []
+    from flagos import _C
+
+    routed_kernels = set(_C._routed_kernel_ops())  # flagos kernels that still route the op
     out = []
     for name in torch._C._dispatch_get_all_op_names():
         if not name.startswith("aten::") or not _has_twin_kernel(name, key):
             continue
-        if torch._C._dispatch_has_kernel_for_dispatch_key(name, "PrivateUse1"):
+        if (torch._C._dispatch_has_kernel_for_dispatch_key(name, "PrivateUse1")
+                and name not in routed_kernels):
             continue  # a runtime kernel (empty, copy, views) or a composite: not routed
         if torch._C._dispatch_has_kernel_for_dispatch_key(name, "CompositeExplicitAutograd"):
             continue

@@ -1,0 +1,241 @@
+// Unboxed kernels for hot ops: the twin engine without boxing.
+//
+// Every op reaches flagos' boxed fallback (dispatcher.cpp), which works for all of them
+// but costs, per small op, about as much as the op itself on the CPU: the arguments are
+// boxed into IValues (and copying a tensor that Python holds takes the GIL twice, torch's
+// PyObject preservation), and a structured op (add, mm, softmax, ...) first runs its
+// CompositeExplicitAutogradNonFunctional kernel, which computes the output's meta, makes a
+// flagos tensor and calls the out= op, whose twin kernel computes the same meta again.
+//
+// The ops listed at the bottom get an unboxed PrivateUse1 kernel instead. When the op's
+// route on the tensors' device starts with the twin engine (dispatcher.h, twin_route), it
+// aliases the arguments without copying them (TwinCall, borrowed) and calls the twin's
+// kernel directly: for a structured op on a CPU twin the functional kernel itself, whose
+// result is allocated in flagos memory (aten/host_results.h). Otherwise it does what torch
+// would have done without it: the composite kernel for structured functional and in-place
+// ops (so routes and providers see the same out= ops as before), the boxed fallback for
+// the rest. Results, stats and errors are those of the boxed route.
+#include <ATen/CompositeExplicitAutogradNonFunctionalFunctions.h>
+#include <ATen/Operators.h>
+#include <ATen/core/boxing/impl/boxing.h>
+#include <torch/library.h>
+
+#include <tuple>
+#include <type_traits>
+
+#include "aten/alias.h"
+#include "dispatch/dispatcher.h"
+#include "dispatch/twin_call.h"
+#include "runtime/stream.h"
+
+namespace flagos {
+namespace {
+
+template <class A>
+constexpr bool is_tensor_arg =
+    std::is_same_v<std::decay_t<A>, at::Tensor> || std::is_same_v<std::decay_t<A>, std::optional<at::Tensor>>;
+
+// Argument types the fast path maps (tensors, optional tensors, generators) or passes as
+// they are; lists of tensors and device arguments are left to the boxed route.
+template <class A>
+constexpr bool is_supported_arg = !std::is_same_v<std::decay_t<A>, at::TensorList> &&
+                                  !std::is_same_v<std::decay_t<A>, at::ITensorListRef> &&
+                                  !std::is_same_v<std::decay_t<A>, std::optional<at::Device>> &&
+                                  !std::is_same_v<std::decay_t<A>, at::Device>;
+
+template <class A>
+void note_device(std::optional<c10::DeviceIndex>& device, const A& a) {
+  using D = std::decay_t<A>;
+  if constexpr (std::is_same_v<D, at::Tensor>) {
+    if (!device && is_flagos(a)) device = a.device().index();
+  } else if constexpr (std::is_same_v<D, std::optional<at::Tensor>>) {
+    if (!device && a && is_flagos(*a)) device = a->device().index();
+  }
+}
+
+template <class A>
+decltype(auto) to_kernel(TwinCall& call, A&& a) {
+  using D = std::decay_t<A>;
+  if constexpr (std::is_same_v<D, at::Tensor>) {
+    return static_cast<at::Tensor&>(call.alias(a));
+  } else if constexpr (std::is_same_v<D, std::optional<at::Tensor>>) {
+    return call.alias(a);
+  } else if constexpr (std::is_same_v<D, std::optional<at::Generator>>) {
+    return call.generator(a);
+  } else {
+    return std::forward<A>(a);
+  }
+}
+
+template <class R>
+struct Results {
+  static_assert(std::is_same_v<R, at::Tensor> || std::is_same_v<R, at::Tensor&>,
+                "fast kernels return tensors, tensor references or tuples of them");
+  static R from_twin(TwinCall& call, R r) {
+    if constexpr (std::is_same_v<R, at::Tensor&>) return call.original_of(r);
+    else return call.from_twin(r);
+  }
+};
+
+template <class... Rs>
+struct Results<std::tuple<Rs...>> {
+  static std::tuple<Rs...> from_twin(TwinCall& call, std::tuple<Rs...> r) {
+    return std::apply(
+        [&](auto&&... e) {
+          return std::tuple<Rs...>(Results<Rs>::from_twin(call, std::forward<decltype(e)>(e))...);
+        },
+        std::move(r));
+  }
+};
+
+// `Composite`: the op's CompositeExplicitAutogradNonFunctional kernel, or nullptr.
+template <class Op, typename Op::schema* Composite, class Sig = typename Op::schema>
+struct FastKernel;
+
+template <class Op, typename Op::schema* Composite, class Ret, class... Args>
+struct FastKernel<Op, Composite, Ret(Args...)> {
+  static_assert((is_supported_arg<Args> && ...), "argument type not supported by fast kernels");
+  static_assert((0 + ... + int(is_tensor_arg<Args>)) <= int(TwinCall::kMaxUnboxedTensors));
+
+  static const c10::OperatorHandle& handle() {
+    static const c10::OperatorHandle op =
+        c10::Dispatcher::singleton().findSchemaOrThrow(Op::name, Op::overload_name);
+    return op;
+  }
+
+  static Ret call(c10::DispatchKeySet keys, Args... args) {
+    std::optional<c10::DeviceIndex> device;
+    (note_device(device, args), ...);
+    const c10::OperatorHandle& op = handle();
+    std::optional<TwinRoute> route;
+    if (device) route = twin_route(op, *device);
+    // A structured functional op on a device twin (CUDA) keeps the composite: the twin's
+    // functional kernel would allocate its result outside flagos memory (a copy after).
+    bool functional_on_device_twin = Composite && route && route->twin != c10::DeviceType::CPU &&
+                                     !std::is_reference_v<Ret>;
+    if (!route || functional_on_device_twin) {
+      if constexpr (Composite != nullptr) {
+        return (*Composite)(std::forward<Args>(args)...);
+      } else {
+        return c10::impl::BoxedKernelWrapper<Ret(Args...)>::call(
+            c10::BoxedKernel::makeFromFunction<&run_routed>(), op, keys,
+            std::forward<Args>(args)...);
+      }
+    }
+    auto start = std::chrono::steady_clock::now();
+    TwinCall twin_call(*device, route->twin, &op);
+    // Braced initialization aliases the arguments left to right, before enter().
+    std::tuple<decltype(to_kernel(twin_call, args))...> on_twin{to_kernel(twin_call, args)...};
+    twin_call.enter();
+    Ret result = [&]() -> Ret {
+      TwinCall::KernelScope scope(twin_call);
+      return std::apply(
+          [&](auto&&... a) -> decltype(auto) {
+            return Op::redispatch(twin_call.twin_keys(), std::forward<decltype(a)>(a)...);
+          },
+          on_twin);
+    }();
+    twin_call.finish();
+    Ret out = Results<Ret>::from_twin(twin_call, std::forward<Ret>(result));
+    record_call(route->counters, std::chrono::steady_clock::now() - start);
+    return out;
+  }
+};
+
+namespace composite = at::compositeexplicitautogradnonfunctional;
+
+template <class Op, typename Op::schema* Composite = nullptr>
+void register_fast(torch::Library& m) {
+  std::string name = std::string(Op::name).substr(6);  // without "aten::"
+  if (Op::overload_name[0]) name += std::string(".") + Op::overload_name;
+  note_routed_kernel_op(name);
+  m.impl(name.c_str(), torch::CppFunction::makeFromUnboxedFunction(
+             TORCH_FN((&FastKernel<Op, Composite>::call))));
+}
+
+}  // namespace
+
+// The hot ops of training and inference: elementwise math, matmuls, reductions, softmax,
+// activations and their backwards, the optimizer's in-place updates, losses.
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  using namespace at::_ops;
+  // Overloaded composite kernels, picked by the op's signature.
+  constexpr div_Tensor::schema* div_fn = &composite::div;
+  constexpr div__Tensor::schema* div__fn = &composite::div_;
+  constexpr pow_Tensor_Scalar::schema* pow_fn = &composite::pow;
+  constexpr lerp__Scalar::schema* lerp__fn = &composite::lerp_;
+  // Structured: functional and in-place forms (with their composite kernel), out= forms.
+  register_fast<add_Tensor, &composite::add>(m);
+  register_fast<add__Tensor, &composite::add_>(m);
+  register_fast<add_out>(m);
+  register_fast<sub_Tensor, &composite::sub>(m);
+  register_fast<sub__Tensor, &composite::sub_>(m);
+  register_fast<sub_out>(m);
+  register_fast<mul_Tensor, &composite::mul>(m);
+  register_fast<mul__Tensor, &composite::mul_>(m);
+  register_fast<mul_out>(m);
+  register_fast<div_Tensor, div_fn>(m);
+  register_fast<div__Tensor, div__fn>(m);
+  register_fast<div_out>(m);
+  register_fast<mm, &composite::mm>(m);
+  register_fast<mm_out>(m);
+  register_fast<addmm, &composite::addmm>(m);
+  register_fast<addmm_out>(m);
+  register_fast<bmm, &composite::bmm>(m);
+  register_fast<bmm_out>(m);
+  register_fast<_softmax, &composite::_softmax>(m);
+  register_fast<_softmax_out>(m);
+  register_fast<_log_softmax, &composite::_log_softmax>(m);
+  register_fast<_log_softmax_out>(m);
+  register_fast<_softmax_backward_data, &composite::_softmax_backward_data>(m);
+  register_fast<_softmax_backward_data_out>(m);
+  register_fast<_log_softmax_backward_data, &composite::_log_softmax_backward_data>(m);
+  register_fast<_log_softmax_backward_data_out>(m);
+  register_fast<sum_dim_IntList, &composite::sum>(m);
+  register_fast<sum_IntList_out>(m);
+  register_fast<mean_dim, &composite::mean>(m);
+  register_fast<mean_out>(m);
+  register_fast<gelu, &composite::gelu>(m);
+  register_fast<gelu_out>(m);
+  register_fast<gelu_backward, &composite::gelu_backward>(m);
+  register_fast<gelu_backward_grad_input>(m);
+  register_fast<silu, &composite::silu>(m);
+  register_fast<silu_out>(m);
+  register_fast<silu_backward, &composite::silu_backward>(m);
+  register_fast<silu_backward_grad_input>(m);
+  register_fast<neg, &composite::neg>(m);
+  register_fast<neg_out>(m);
+  register_fast<at::_ops::exp, &composite::exp>(m);
+  register_fast<exp_out>(m);
+  register_fast<rsqrt, &composite::rsqrt>(m);
+  register_fast<rsqrt_out>(m);
+  register_fast<at::_ops::sqrt, &composite::sqrt>(m);
+  register_fast<sqrt_out>(m);
+  register_fast<at::_ops::tanh, &composite::tanh>(m);
+  register_fast<tanh_out>(m);
+  register_fast<sigmoid, &composite::sigmoid>(m);
+  register_fast<sigmoid_out>(m);
+  register_fast<pow_Tensor_Scalar, pow_fn>(m);
+  register_fast<pow_Tensor_Scalar_out>(m);
+  register_fast<threshold_backward, &composite::threshold_backward>(m);
+  register_fast<threshold_backward_grad_input>(m);
+  register_fast<addcmul_, &composite::addcmul_>(m);
+  register_fast<addcdiv_, &composite::addcdiv_>(m);
+  register_fast<lerp__Scalar, lerp__fn>(m);
+  register_fast<maximum, &composite::maximum>(m);
+  register_fast<maximum_out>(m);
+  register_fast<nll_loss_forward, &composite::nll_loss_forward_symint>(m);
+  register_fast<nll_loss_forward_output>(m);
+  register_fast<nll_loss_backward, &composite::nll_loss_backward_symint>(m);
+  register_fast<nll_loss_backward_grad_input>(m);
+  // Not structured: the twin's own kernels.
+  register_fast<relu>(m);
+  register_fast<relu_>(m);
+  register_fast<native_layer_norm>(m);
+  register_fast<native_layer_norm_backward>(m);
+  register_fast<embedding_dense_backward>(m);
+  register_fast<where_self>(m);
+  register_fast<index_select>(m);
+}
+
+}  // namespace flagos

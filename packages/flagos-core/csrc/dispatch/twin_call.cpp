@@ -1,0 +1,241 @@
+#include "dispatch/twin_call.h"
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
+
+#include "dispatch/dispatcher.h"
+#include "runtime/generator.h"
+#include "runtime/resize.h"
+#include "runtime/stream.h"
+
+namespace flagos {
+namespace {
+
+constexpr auto kFlagos = c10::DeviceType::PrivateUse1;
+
+// flagos tensors are strided; an op whose result has another layout (sparse, mkldnn) or
+// a quantized dtype is refused with a clear error rather than mis-mapped.
+void check_supported_result(const at::Tensor& t, const c10::OperatorHandle* op) {
+  if (t.layout() == at::kStrided && !t.is_quantized()) return;
+  TORCH_CHECK_NOT_IMPLEMENTED(false, "flagos: ", op ? op_full_name(*op) : std::string("an op"),
+      " returns a ", t.is_quantized() ? std::string("quantized") : c10::str(t.layout()),
+      " tensor; flagos supports only strided, non-quantized tensors (layout not supported)");
+}
+
+}  // namespace
+
+bool is_optional_generator(const c10::Argument& arg) {
+  auto t = arg.type();
+  if (auto opt = t->cast<c10::OptionalType>()) t = opt->getElementType();
+  return t->kind() == c10::TypeKind::GeneratorType;
+}
+
+std::optional<at::Generator> twin_generator_for(const std::optional<at::Generator>& given,
+                                                c10::DeviceIndex device, c10::DeviceType twin) {
+  at::Generator gen = given && given->defined() ? *given : default_generator(device);
+  if (gen.device().type() != kFlagos) return given;
+  return gen.get<FlagosGeneratorImpl>()->generator_for(twin);
+}
+
+c10::DeviceIndex TwinCall::twin_index(c10::DeviceIndex flagos_device) const {
+  return twin_ == c10::DeviceType::CPU ? -1 : twin_device_index(flagos_device);
+}
+
+at::Tensor TwinCall::to_twin(const at::Tensor& t, bool borrow) {
+  if (!is_flagos(t)) return t;
+  // A tensor passed twice (add(x, y, out=x)) is one alias, so the kernel sees the same
+  // tensor in both places, as natively (its overlap and resize checks depend on it).
+  for (size_t k = 0; k < originals_.size(); ++k) {
+    if (originals_[k]->is_same(t)) return aliases_[k];
+  }
+  devices_ |= uint64_t{1} << t.device().index();
+  c10::Device twin(twin_, twin_index(t.device().index()));
+  // Lazy conjugate/negative views (ops that handle them, e.g. mm, reach us unresolved)
+  // get an alias of their own carrying the bits; the others may come from the cache.
+  at::Tensor a = t.is_conj() || t.is_neg() ? alias_as(t, twin) : borrowed_alias(t, twin);
+  if (t.is_conj()) a._set_conj(true);
+  if (t.is_neg()) a._set_neg(true);
+  originals_.push_back(borrow ? c10::MaybeOwned<at::Tensor>::borrowed(t)
+                              : c10::MaybeOwned<at::Tensor>::owned(std::in_place, t));
+  aliases_.push_back(a);
+  return a;
+}
+
+at::Tensor& TwinCall::alias(const at::Tensor& t) {
+  TORCH_INTERNAL_ASSERT(aliases_.size() < kMaxUnboxedTensors || !is_flagos(t));
+  if (!is_flagos(t)) return const_cast<at::Tensor&>(t);
+  at::Tensor a = to_twin(t, /*borrow=*/true);
+  for (auto& known : aliases_) {
+    if (known.is_same(a)) return known;
+  }
+  TORCH_INTERNAL_ASSERT(false, "flagos: an alias went missing");
+}
+
+c10::IValue TwinCall::to_twin(const c10::IValue& v, const c10::Argument& arg) {
+  if (v.isTensor()) return to_twin(v.toTensor(), /*borrow=*/false);
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> out;
+    for (const at::Tensor& t : v.toTensorList()) out.push_back(to_twin(t, false));
+    return out;
+  }
+  if (v.isOptionalTensorList()) {
+    c10::List<std::optional<at::Tensor>> out;
+    for (const std::optional<at::Tensor>& t : v.toOptionalTensorList()) {
+      out.push_back(t ? std::optional<at::Tensor>(to_twin(*t, false)) : std::nullopt);
+    }
+    return out;
+  }
+  if (v.isDevice() && v.toDevice().type() == kFlagos) {
+    auto d = v.toDevice().has_index() ? v.toDevice().index() : device_;
+    return c10::Device(twin_, twin_index(d));
+  }
+  if (is_optional_generator(arg)) {
+    auto gen = twin_generator_for(v.isNone() ? std::nullopt : std::optional(v.toGenerator()),
+                                  device_, twin_);
+    return gen ? c10::IValue(*gen) : c10::IValue();
+  }
+  return v;
+}
+
+void TwinCall::enter() {
+  devices_ |= uint64_t{1} << device_;
+  if (twin_ == c10::DeviceType::CPU) {
+    for (c10::DeviceIndex d = 0; d < 64; ++d) {
+      if (devices_ & (uint64_t{1} << d)) sync_for_host_access(d);
+    }
+  } else {
+    on_flagos_stream_.emplace(c10::Device(twin_, twin_index(device_)), current_stream(device_));
+  }
+}
+
+c10::DispatchKeySet TwinCall::twin_keys() const {
+  if (twin_ == c10::DeviceType::CPU) return c10::DispatchKeySet(c10::DispatchKey::CPU);
+  return c10::DispatchKeySet(c10::computeDispatchKey(
+      std::nullopt, std::nullopt, c10::Device(twin_, twin_index(device_))));
+}
+
+TwinCall::KernelScope::KernelScope(const TwinCall& call) {
+  // The kernel's own allocations (its results) land in flagos memory: no copy after.
+  if (call.twin_ == c10::DeviceType::CPU && install_host_results_allocator()) {
+    host_results_.emplace(call.device_);
+  }
+}
+
+void TwinCall::run(const c10::OperatorHandle& requested, torch::jit::Stack* stack) {
+  const c10::OperatorHandle& op = native_equivalent(requested, stack);
+  op_ = &op;
+  conv_layout_ = ConvLayout::predict(op, *stack);
+  const auto& arguments = op.schema().arguments();
+  size_t n = arguments.size();
+  size_t base = stack->size() - n;
+  for (size_t i = 0; i < n; ++i) (*stack)[base + i] = to_twin((*stack)[base + i], arguments[i]);
+  enter();
+  {
+    KernelScope scope(*this);
+    op.redispatchBoxed(twin_keys(), stack);
+  }
+  fix_mutated();
+  const auto& returns = op.schema().returns();
+  size_t first = stack->size() - returns.size();
+  for (size_t i = first; i < stack->size(); ++i) {
+    auto& v = (*stack)[i];
+    if (conv_layout_ && v.isTensor() && v.toTensor().defined()) {
+      auto want = conv_layout_->strides(i - first, v.toTensor().sizes());
+      v = from_twin(v.toTensor(), want ? &*want : nullptr);
+    } else {
+      v = from_twin(v);
+    }
+  }
+}
+
+// A kernel may resize or restride an out= alias; the caller's tensor must follow.
+void TwinCall::fix_mutated() {
+  for (size_t k = 0; k < aliases_.size(); ++k) {
+    const auto& a = aliases_[k];
+    const at::Tensor& o = *originals_[k];
+    bool same_bytes = a.storage().data() == o.storage().data();
+    bool same_geometry = a.sizes().equals(o.sizes()) && a.strides().equals(o.strides()) &&
+                         a.storage_offset() == o.storage_offset();
+    if (same_bytes && same_geometry) continue;
+    if (same_bytes && a.storage().nbytes() <= o.storage().nbytes()) {
+      o.unsafeGetTensorImpl()->set_sizes_and_strides(a.sizes(), a.strides(), a.storage_offset());
+      continue;
+    }
+    // The twin reallocated the storage: give the flagos storage room for the twin's
+    // geometry (strides included), take that geometry, and copy the values in.
+    size_t needed = a.numel() == 0 ? 0
+        : at::detail::computeStorageNbytes(a.sizes(), a.strides(), a.element_size(),
+                                           a.storage_offset());
+    if (needed > o.storage().nbytes()) {
+      c10::DeviceGuard on_device(o.device());
+      resize_storage_bytes(o.storage(), needed);
+    }
+    o.unsafeGetTensorImpl()->set_sizes_and_strides(a.sizes(), a.strides(), a.storage_offset());
+    borrowed_alias(o, a.device()).copy_(a);
+    // The alias may live on in the per-thread alias cache: it must not keep the bytes
+    // the kernel gave it (flagos memory, on a CPU twin, see host_results.h).
+    c10::StorageImpl* grown = a.storage().unsafeGetStorageImpl();
+    if (a.storage().use_count() == 1) {  // not a storage the kernel shares elsewhere
+      grown->set_data_ptr_noswap(c10::DataPtr(nullptr, a.device()));
+      grown->set_nbytes(0);
+    }
+  }
+}
+
+at::Tensor& TwinCall::original_of(const at::Tensor& alias) {
+  for (size_t k = 0; k < aliases_.size(); ++k) {
+    if (alias.is_same(aliases_[k])) return const_cast<at::Tensor&>(*originals_[k]);
+  }
+  // Not one of ours: a non-flagos argument the kernel returned as it was.
+  return const_cast<at::Tensor&>(alias);
+}
+
+at::Tensor TwinCall::from_twin(const at::Tensor& t, const std::vector<int64_t>* want) {
+  if (!t.defined() || t.device().type() != twin_) return t;
+  check_supported_result(t, op_);
+  for (size_t k = 0; k < aliases_.size(); ++k) {
+    if (t.is_same(aliases_[k])) return *originals_[k];
+  }
+  for (size_t k = 0; k < aliases_.size(); ++k) {
+    if (t.storage().unsafeGetStorageImpl() == aliases_[k].storage().unsafeGetStorageImpl()) {
+      auto v = flagos_view_of(*originals_[k], t);
+      if (t.is_conj()) v._set_conj(true);
+      if (t.is_neg()) v._set_neg(true);
+      return v;
+    }
+  }
+  // A fresh result: it becomes flagos memory, counted by the flagos allocator. A CPU
+  // kernel's result already is (see host_results.h) unless something else holds it.
+  if (twin_ == c10::DeviceType::CPU) {
+    if (auto adopted = adopt_as_flagos(t)) {
+      if (!want || adopted->strides().equals(*want)) return *adopted;
+      at::Tensor out = at::empty_strided(t.sizes(), *want, adopted->options());
+      out.copy_(*adopted);
+      return out;
+    }
+  }
+  at::Tensor out;
+  auto opts = t.options().device(c10::Device(kFlagos, device_));
+  if (want) out = at::empty_strided(t.sizes(), *want, opts);
+  else if (t.is_non_overlapping_and_dense()) out = at::empty_strided(t.sizes(), t.strides(), opts);
+  else out = at::empty(t.sizes(), opts);
+  borrowed_alias(out, t.device()).copy_(t);
+  return out;
+}
+
+c10::IValue TwinCall::from_twin(const c10::IValue& v) {
+  if (v.isTensor()) return from_twin(v.toTensor());
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> out;
+    for (const at::Tensor& t : v.toTensorList()) out.push_back(from_twin(t));
+    return out;
+  }
+  if (v.isTuple()) {
+    std::vector<c10::IValue> elems;
+    for (const auto& e : v.toTupleRef().elements()) elems.push_back(from_twin(e));
+    return c10::ivalue::Tuple::create(std::move(elems));
+  }
+  return v;
+}
+
+}  // namespace flagos

@@ -1,0 +1,92 @@
+// One op call run by the twin engine: each flagos tensor argument is aliased as a tensor
+// of the HAL's native twin device (zero-copy, see aten/alias.h), the twin's kernel runs on
+// the aliases, and the results are mapped back: the caller's own tensors for in-place and
+// out= results, flagos views for views, flagos tensors (flagos memory) for fresh results.
+//
+// Used boxed by the twin and cpu engines (engines.cpp) and unboxed by the fast kernels of
+// hot ops (fast_kernels.cpp), which skip boxing.
+#pragma once
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+#include <c10/util/MaybeOwned.h>
+#include <c10/util/SmallVector.h>
+
+#include <optional>
+#include <vector>
+
+#include "aten/alias.h"
+#include "aten/host_results.h"
+#include "dispatch/conv_layout.h"
+
+namespace flagos {
+
+// Random ops on a native device draw from the flagos generator's inner generator for it
+// (the device's default flagos generator when none is given).
+std::optional<at::Generator> twin_generator_for(const std::optional<at::Generator>& gen,
+                                                c10::DeviceIndex device, c10::DeviceType twin);
+bool is_optional_generator(const c10::Argument& arg);
+
+class TwinCall {
+ public:
+  // At most this many distinct tensor arguments in an unboxed call (their aliases must not
+  // move while the kernel holds references to them).
+  static constexpr size_t kMaxUnboxedTensors = 8;
+
+  // `op`: the op being run, for error messages (boxed calls set it themselves).
+  TwinCall(c10::DeviceIndex device, c10::DeviceType twin,
+           const c10::OperatorHandle* op = nullptr)
+      : op_(op), device_(device), twin_(twin) {}
+
+  // Boxed: runs `op` on the stack's arguments; the stack then holds the flagos results.
+  void run(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+  // Unboxed, in this order: alias() every tensor argument; enter(); run the kernel on the
+  // aliases with twin_keys() inside a KernelScope; finish(); map the results back with
+  // original_of / from_twin. The caller's tensors are borrowed, not copied: copying a
+  // tensor that Python holds takes the GIL twice (torch's PyObject preservation).
+  at::Tensor& alias(const at::Tensor& t);
+  std::optional<at::Tensor> alias(const std::optional<at::Tensor>& t) {
+    return t ? std::optional<at::Tensor>(alias(*t)) : std::nullopt;
+  }
+  std::optional<at::Generator> generator(const std::optional<at::Generator>& gen) const {
+    return twin_generator_for(gen, device_, twin_);
+  }
+  void enter();
+  c10::DispatchKeySet twin_keys() const;
+  // What must surround the kernel itself: on a CPU twin, its allocations come from flagos
+  // memory (aten/host_results.h).
+  class KernelScope {
+   public:
+    explicit KernelScope(const TwinCall& call);
+
+   private:
+    std::optional<HostResultsOnFlagos> host_results_;
+  };
+  void finish() { fix_mutated(); }
+  // The caller's tensor behind an alias that a kernel returned (in-place and out= ops).
+  at::Tensor& original_of(const at::Tensor& alias);
+  // A kernel's result as a flagos tensor. `want`: the strides a fresh result must have (a
+  // convolution's, see ConvLayout); nullopt keeps the kernel's.
+  at::Tensor from_twin(const at::Tensor& t, const std::vector<int64_t>* want = nullptr);
+
+ private:
+  at::Tensor to_twin(const at::Tensor& t, bool borrow);
+  c10::IValue to_twin(const c10::IValue& v, const c10::Argument& arg);
+  c10::IValue from_twin(const c10::IValue& v);
+  c10::DeviceIndex twin_index(c10::DeviceIndex flagos_device) const;
+  void fix_mutated();
+
+  const c10::OperatorHandle* op_;
+  std::optional<ConvLayout> conv_layout_;
+  c10::DeviceIndex device_;
+  c10::DeviceType twin_;
+  uint64_t devices_ = 0;  // bit d: flagos:d is involved
+  c10::SmallVector<c10::MaybeOwned<at::Tensor>, kMaxUnboxedTensors> originals_;
+  c10::SmallVector<at::Tensor, kMaxUnboxedTensors> aliases_;
+  // On a device twin, the kernel and the copies that map results back run on the twin
+  // stream under the current flagos stream, in order (from enter() to the end of the call).
+  std::optional<TwinStreamGuard> on_flagos_stream_;
+};
+
+}  // namespace flagos

@@ -1,0 +1,167 @@
+"""The unboxed kernels of hot ops (csrc/dispatch/fast_kernels.cpp): on a route that starts
+with the twin engine they run the twin's kernel directly (a structured op on a CPU twin as
+its functional kernel, result adopted from flagos memory); on any other route torch's own
+path is kept, so providers see the same ops as without them."""
+
+from __future__ import annotations
+
+import copy
+import sys
+import threading
+
+import flagos
+import pytest
+import torch
+from flagos import _C
+from flagos.routing import Provider
+
+DEV = "flagos:0"
+
+
+class Recorder(Provider):
+    """A Python provider that serves `ops` on the CPU (out= and in-place honoured) and
+    records the op names it receives."""
+
+    def __init__(self, name: str, ops: set[str]) -> None:
+        super().__init__(name)
+        self.ops = ops
+        self.calls: list[str] = []
+
+    def serves(self, op: str) -> bool:
+        return any(op == o or op.startswith(o + ".") for o in self.ops)
+
+    def __call__(self, op, args, kwargs):
+        self.calls.append(op.name())
+        return NotImplemented  # the cpu provider after it runs the op
+
+
+@pytest.fixture(autouse=True)
+def _clean_routes():
+    if "twin" not in flagos.routing.providers():  # the core's twin engine, as in test_dispatch
+
+        class Twin(Provider):
+            name = "twin"
+            is_cpp = True
+
+        _C._register_provider("twin", "twin")
+        flagos.routing.register_provider(Twin())
+    yield
+    flagos.routing.reset()
+
+
+def _calls(op: str, provider: str) -> int:
+    return flagos.routing.stats().get(op, {}).get(provider, {}).get("calls", 0)
+
+
+def test_structured_op_runs_functional_on_the_cpu_twin_with_its_result_in_flagos_memory():
+    if _C._twin_device(0) != "cpu":
+        pytest.skip("flagos:0 has no CPU twin")
+    a, b = torch.randn(64, 64, device=DEV), torch.randn(64, 64, device=DEV)
+    flagos.routing.reset_stats()
+    before = flagos.memory_allocated(0)
+    with flagos.routing.override({"default": ["cpu"]}):
+        r = torch.add(a, b, alpha=2)
+    assert flagos.memory_allocated(0) - before >= r.numel() * r.element_size()
+    assert _calls("aten::add.Tensor", "cpu") == 1
+    assert _calls("aten::add.out", "cpu") == 0  # no composite, no out= round trip
+    torch.testing.assert_close(r.cpu(), torch.add(a.cpu(), b.cpu(), alpha=2))
+
+
+def test_other_routes_keep_the_composite_so_providers_see_the_out_form():
+    probe = Recorder("probe_fast", {"aten::add", "aten::mm"})
+    flagos.routing.register_provider(probe)
+    a, b = torch.randn(8, 8, device=DEV), torch.randn(8, 8, device=DEV)
+    ref = a.cpu() @ b.cpu() + a.cpu()
+    with flagos.routing.override({"default": ["probe_fast", "cpu"]}):
+        r = a @ b + a
+        a2 = a.clone()
+        a2.add_(b)
+    assert "aten::mm.out" in probe.calls and "aten::add.out" in probe.calls
+    assert not any(c in probe.calls for c in ("aten::mm", "aten::add.Tensor", "aten::add_.Tensor"))
+    torch.testing.assert_close(r.cpu(), ref)
+    torch.testing.assert_close(a2.cpu(), a.cpu() + b.cpu())
+
+
+@pytest.mark.parametrize("route", ["cpu", "twin"])
+def test_in_place_and_out_return_the_callers_tensors(route):
+    a, b = torch.randn(5, 6, device=DEV), torch.randn(5, 6, device=DEV)
+    a_cpu = a.cpu()
+    out = torch.empty(0, device=DEV)  # resized by the kernel
+    with flagos.routing.override({"default": [route]}):
+        assert a.mul_(b) is a
+        assert torch.mm(a, b.t(), out=out) is out
+        x = torch.randn(3, device=DEV)
+        assert torch.add(x, x, out=x) is x  # one tensor passed three times
+    torch.testing.assert_close(a.cpu(), a_cpu * b.cpu())
+    assert out.shape == (5, 5) and out.device.type == "flagos"
+    torch.testing.assert_close(out.cpu(), a.cpu() @ b.cpu().t())
+
+
+@pytest.mark.parametrize("route", ["cpu", "twin"])
+def test_failing_fast_kernel_leaves_inputs_and_device_usable(route):
+    a, b = torch.randn(4, 4, device=DEV), torch.randn(3, 5, device=DEV)
+    before = (a.cpu().clone(), b.cpu().clone(), a.data_ptr(), a.shape)
+    with flagos.routing.override({"default": [route]}):
+        with pytest.raises(RuntimeError, match="size|shape"):
+            a.add_(b)
+        with pytest.raises(RuntimeError, match="cannot be multiplied|shapes"):
+            torch.mm(a, b)
+        with pytest.raises(RuntimeError, match="can't be cast|result type"):
+            torch.add(a, a, out=torch.empty(4, 4, dtype=torch.int64, device=DEV))
+    assert torch.equal(a.cpu(), before[0]) and torch.equal(b.cpu(), before[1])
+    assert (a.data_ptr(), a.shape) == before[2:]
+    torch.testing.assert_close((a @ a).cpu(), before[0] @ before[0])
+
+
+def test_fast_kernels_keep_no_reference_to_their_arguments():
+    a, b = torch.randn(8, 8, device=DEV), torch.randn(8, 8, device=DEV)
+    refs = sys.getrefcount(a), sys.getrefcount(b)
+    for _ in range(10):
+        torch.add(a, b)
+        a.add_(b)
+        torch.softmax(a, -1)
+    assert (sys.getrefcount(a), sys.getrefcount(b)) == refs
+
+
+def test_training_step_of_hot_ops_matches_cpu():
+    """Forward and backward through the listed ops (matmuls, layer norm, GELU, SiLU,
+    softmax, NLL, the optimizer's in-place updates) against the CPU."""
+    torch.manual_seed(0)
+    layers = [torch.nn.Linear(16, 32), torch.nn.LayerNorm(32), torch.nn.GELU(),
+              torch.nn.Linear(32, 32), torch.nn.SiLU(), torch.nn.Linear(32, 10)]
+    cpu_model = torch.nn.Sequential(*layers)
+    dev_model = copy.deepcopy(cpu_model).to(DEV)
+    x, y = torch.randn(12, 16), torch.randint(0, 10, (12,))
+    results = []
+    for model, dev in ((cpu_model, "cpu"), (dev_model, DEV)):
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        for _ in range(3):
+            loss = torch.nn.functional.cross_entropy(model(x.to(dev)), y.to(dev))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        results.append([p.detach().cpu() for p in model.parameters()] + [loss.detach().cpu()])
+    for c, f in zip(*results):
+        torch.testing.assert_close(f, c, rtol=1e-4, atol=1e-5)
+
+
+def test_threads_run_fast_kernels_concurrently():
+    torch.manual_seed(0)
+    a_cpu, b_cpu = torch.randn(32, 32), torch.randn(32, 32)
+    expect = torch.softmax(a_cpu @ b_cpu + a_cpu, -1)
+    errors: list[BaseException] = []
+
+    def worker():
+        try:
+            a, b = a_cpu.to(DEV), b_cpu.to(DEV)
+            for _ in range(200):
+                torch.testing.assert_close(torch.softmax(a @ b + a, -1).cpu(), expect)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors[0]
