@@ -17,6 +17,7 @@
 // the rest. Results, stats and errors are those of the boxed route.
 #include <ATen/CompositeExplicitAutogradNonFunctionalFunctions.h>
 #include <ATen/Operators.h>
+#include <ATen/ops/relu_native.h>
 #include <ATen/core/boxing/impl/boxing.h>
 #include <torch/library.h>
 
@@ -89,11 +90,16 @@ struct Results<std::tuple<Rs...>> {
 };
 
 // `Composite`: the op's CompositeExplicitAutogradNonFunctional kernel, or nullptr.
-template <class Op, typename Op::schema* Composite, class Sig = typename Op::schema>
+// `OnDeviceTwin`: what a functional op runs on a device twin (CUDA), whose own kernel would
+// allocate the result outside flagos memory (a copy after): the composite, or the twin
+// kernel's own definition where that is written in other ops (relu is clamp_min).
+template <class Op, typename Op::schema* Composite, typename Op::schema* OnDeviceTwin,
+          class Sig = typename Op::schema>
 struct FastKernel;
 
-template <class Op, typename Op::schema* Composite, class Ret, class... Args>
-struct FastKernel<Op, Composite, Ret(Args...)> {
+template <class Op, typename Op::schema* Composite, typename Op::schema* OnDeviceTwin,
+          class Ret, class... Args>
+struct FastKernel<Op, Composite, OnDeviceTwin, Ret(Args...)> {
   static_assert((is_supported_arg<Args> && ...), "argument type not supported by fast kernels");
   static_assert((0 + ... + int(is_tensor_arg<Args>)) <= int(TwinCall::kMaxUnboxedTensors));
 
@@ -109,11 +115,12 @@ struct FastKernel<Op, Composite, Ret(Args...)> {
     const c10::OperatorHandle& op = handle();
     std::optional<TwinRoute> route;
     if (device) route = twin_route(op, *device);
-    // A structured functional op on a device twin (CUDA) keeps the composite: the twin's
-    // functional kernel would allocate its result outside flagos memory (a copy after).
-    bool functional_on_device_twin = Composite && route && route->twin != c10::DeviceType::CPU &&
-                                     !std::is_reference_v<Ret>;
-    if (!route || functional_on_device_twin) {
+    if constexpr (OnDeviceTwin != nullptr && !std::is_reference_v<Ret>) {
+      if (route && route->twin != c10::DeviceType::CPU) {
+        return (*OnDeviceTwin)(std::forward<Args>(args)...);
+      }
+    }
+    if (!route) {
       if constexpr (Composite != nullptr) {
         return (*Composite)(std::forward<Args>(args)...);
       } else {
@@ -144,13 +151,14 @@ struct FastKernel<Op, Composite, Ret(Args...)> {
 
 namespace composite = at::compositeexplicitautogradnonfunctional;
 
-template <class Op, typename Op::schema* Composite = nullptr>
+template <class Op, typename Op::schema* Composite = nullptr,
+          typename Op::schema* OnDeviceTwin = Composite>
 void register_fast(torch::Library& m) {
   std::string name = std::string(Op::name).substr(6);  // without "aten::"
   if (Op::overload_name[0]) name += std::string(".") + Op::overload_name;
   note_routed_kernel_op(name);
   m.impl(name.c_str(), torch::CppFunction::makeFromUnboxedFunction(
-             TORCH_FN((&FastKernel<Op, Composite>::call))));
+             TORCH_FN((&FastKernel<Op, Composite, OnDeviceTwin>::call))));
 }
 
 }  // namespace
@@ -164,6 +172,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   constexpr div__Tensor::schema* div__fn = &composite::div_;
   constexpr pow_Tensor_Scalar::schema* pow_fn = &composite::pow;
   constexpr lerp__Scalar::schema* lerp__fn = &composite::lerp_;
+  constexpr clamp_min::schema* clamp_min_fn = &composite::clamp_min;
   // Structured: functional and in-place forms (with their composite kernel), out= forms.
   register_fast<add_Tensor, &composite::add>(m);
   register_fast<add__Tensor, &composite::add_>(m);
@@ -222,14 +231,17 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   register_fast<addcmul_, &composite::addcmul_>(m);
   register_fast<addcdiv_, &composite::addcdiv_>(m);
   register_fast<lerp__Scalar, lerp__fn>(m);
+  register_fast<clamp_min, clamp_min_fn>(m);
+  register_fast<clamp_min_out>(m);
   register_fast<maximum, &composite::maximum>(m);
   register_fast<maximum_out>(m);
   register_fast<nll_loss_forward, &composite::nll_loss_forward_symint>(m);
   register_fast<nll_loss_forward_output>(m);
   register_fast<nll_loss_backward, &composite::nll_loss_backward_symint>(m);
   register_fast<nll_loss_backward_grad_input>(m);
-  // Not structured: the twin's own kernels.
-  register_fast<relu>(m);
+  // Not structured: the twin's own kernels. relu's (CPU and CUDA) is clamp_min(self, 0),
+  // which on a device twin then allocates in flagos memory.
+  register_fast<relu, nullptr, &at::native::relu>(m);
   register_fast<relu_>(m);
   register_fast<native_layer_norm>(m);
   register_fast<native_layer_norm_backward>(m);

@@ -46,7 +46,7 @@ at::Tensor TwinCall::to_twin(const at::Tensor& t, bool borrow) {
   // A tensor passed twice (add(x, y, out=x)) is one alias, so the kernel sees the same
   // tensor in both places, as natively (its overlap and resize checks depend on it).
   for (size_t k = 0; k < originals_.size(); ++k) {
-    if (originals_[k]->is_same(t)) return aliases_[k];
+    if (originals_[k].get().is_same(t)) return aliases_[k];
   }
   devices_ |= uint64_t{1} << t.device().index();
   c10::Device twin(twin_, twin_index(t.device().index()));
@@ -55,8 +55,7 @@ at::Tensor TwinCall::to_twin(const at::Tensor& t, bool borrow) {
   at::Tensor a = t.is_conj() || t.is_neg() ? alias_as(t, twin) : borrowed_alias(t, twin);
   if (t.is_conj()) a._set_conj(true);
   if (t.is_neg()) a._set_neg(true);
-  originals_.push_back(borrow ? c10::MaybeOwned<at::Tensor>::borrowed(t)
-                              : c10::MaybeOwned<at::Tensor>::owned(std::in_place, t));
+  originals_.push_back(borrow ? Original{&t, at::Tensor()} : Original{nullptr, t});
   aliases_.push_back(a);
   return a;
 }
@@ -152,7 +151,7 @@ void TwinCall::run(const c10::OperatorHandle& requested, torch::jit::Stack* stac
 void TwinCall::fix_mutated() {
   for (size_t k = 0; k < aliases_.size(); ++k) {
     const auto& a = aliases_[k];
-    const at::Tensor& o = *originals_[k];
+    const at::Tensor& o = originals_[k].get();
     bool same_bytes = a.storage().data() == o.storage().data();
     bool same_geometry = a.sizes().equals(o.sizes()) && a.strides().equals(o.strides()) &&
                          a.storage_offset() == o.storage_offset();
@@ -184,7 +183,7 @@ void TwinCall::fix_mutated() {
 
 at::Tensor& TwinCall::original_of(const at::Tensor& alias) {
   for (size_t k = 0; k < aliases_.size(); ++k) {
-    if (alias.is_same(aliases_[k])) return const_cast<at::Tensor&>(*originals_[k]);
+    if (alias.is_same(aliases_[k])) return const_cast<at::Tensor&>(originals_[k].get());
   }
   // Not one of ours: a non-flagos argument the kernel returned as it was.
   return const_cast<at::Tensor&>(alias);
@@ -194,11 +193,11 @@ at::Tensor TwinCall::from_twin(const at::Tensor& t, const std::vector<int64_t>* 
   if (!t.defined() || t.device().type() != twin_) return t;
   check_supported_result(t, op_);
   for (size_t k = 0; k < aliases_.size(); ++k) {
-    if (t.is_same(aliases_[k])) return *originals_[k];
+    if (t.is_same(aliases_[k])) return originals_[k].get();
   }
   for (size_t k = 0; k < aliases_.size(); ++k) {
     if (t.storage().unsafeGetStorageImpl() == aliases_[k].storage().unsafeGetStorageImpl()) {
-      auto v = flagos_view_of(*originals_[k], t);
+      auto v = flagos_view_of(originals_[k].get(), t);
       if (t.is_conj()) v._set_conj(true);
       if (t.is_neg()) v._set_neg(true);
       return v;

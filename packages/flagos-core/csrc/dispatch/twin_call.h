@@ -9,7 +9,6 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
-#include <c10/util/MaybeOwned.h>
 #include <c10/util/SmallVector.h>
 
 #include <optional>
@@ -82,7 +81,15 @@ class TwinCall {
   c10::DeviceIndex device_;
   c10::DeviceType twin_;
   uint64_t devices_ = 0;  // bit d: flagos:d is involved
-  c10::SmallVector<c10::MaybeOwned<at::Tensor>, kMaxUnboxedTensors> originals_;
+  // The caller's tensor behind each alias: borrowed (unboxed calls; the caller's own
+  // object, so that a Tensor& result refers to it) or owned (boxed calls, whose stack
+  // slots the aliases replace).
+  struct Original {
+    const at::Tensor* borrowed = nullptr;
+    at::Tensor owned;
+    const at::Tensor& get() const { return borrowed ? *borrowed : owned; }
+  };
+  c10::SmallVector<Original, kMaxUnboxedTensors> originals_;
   c10::SmallVector<at::Tensor, kMaxUnboxedTensors> aliases_;
   // On a device twin, the kernel and the copies that map results back run on the twin
   // stream under the current flagos stream, in order (from enter() to the end of the call).
