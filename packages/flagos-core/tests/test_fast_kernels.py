@@ -165,3 +165,23 @@ def test_threads_run_fast_kernels_concurrently():
     for t in threads:
         t.join(timeout=120)
     assert not errors, errors[0]
+
+
+def test_relu_on_a_device_twin_runs_as_clamp_min_with_its_result_in_flagos_memory():
+    """On CUDA, relu's kernel is clamp_min(self, 0): run as that on flagos, the result is
+    allocated in flagos memory (no copy); a route that sends only relu to the twin keeps
+    relu whole (clamp_min's route must not decide where relu runs)."""
+    if _C._twin_device(0) in ("cpu", "none"):
+        pytest.skip("flagos:0 has no device twin")
+    a = torch.randn(64, 64, device=DEV)
+    flagos.routing.reset_stats()
+    with flagos.routing.override({"default": ["twin"]}):
+        r = torch.relu(a)
+    assert _calls("aten::clamp_min.out", "twin") == 1 and _calls("aten::relu", "twin") == 0
+    torch.testing.assert_close(r.cpu(), torch.relu(a.cpu()))
+    with flagos.routing.override({"default": ["cpu"], "aten::relu": ["twin"]}):
+        r = torch.relu(a)
+    assert _calls("aten::relu", "twin") == 1
+    torch.testing.assert_close(r.cpu(), torch.relu(a.cpu()))
+    with pytest.raises(RuntimeError, match="Boolean inputs not supported for relu"):
+        torch.relu(a > 0)

@@ -90,15 +90,13 @@ struct Results<std::tuple<Rs...>> {
 };
 
 // `Composite`: the op's CompositeExplicitAutogradNonFunctional kernel, or nullptr.
-// `OnDeviceTwin`: what a functional op runs on a device twin (CUDA), whose own kernel would
-// allocate the result outside flagos memory (a copy after): the composite, or the twin
-// kernel's own definition where that is written in other ops (relu is clamp_min).
-template <class Op, typename Op::schema* Composite, typename Op::schema* OnDeviceTwin,
+// `OnDeviceTwin`: for a functional op whose twin kernel is written in other ops (relu is
+// clamp_min), that definition (see ReluOnDeviceTwin); void else.
+template <class Op, typename Op::schema* Composite, class OnDeviceTwin,
           class Sig = typename Op::schema>
 struct FastKernel;
 
-template <class Op, typename Op::schema* Composite, typename Op::schema* OnDeviceTwin,
-          class Ret, class... Args>
+template <class Op, typename Op::schema* Composite, class OnDeviceTwin, class Ret, class... Args>
 struct FastKernel<Op, Composite, OnDeviceTwin, Ret(Args...)> {
   static_assert((is_supported_arg<Args> && ...), "argument type not supported by fast kernels");
   static_assert((0 + ... + int(is_tensor_arg<Args>)) <= int(TwinCall::kMaxUnboxedTensors));
@@ -115,9 +113,14 @@ struct FastKernel<Op, Composite, OnDeviceTwin, Ret(Args...)> {
     const c10::OperatorHandle& op = handle();
     std::optional<TwinRoute> route;
     if (device) route = twin_route(op, *device);
-    if constexpr (OnDeviceTwin != nullptr && !std::is_reference_v<Ret>) {
-      if (route && route->twin != c10::DeviceType::CPU) {
-        return (*OnDeviceTwin)(std::forward<Args>(args)...);
+    // On a device twin (CUDA) the twin's functional kernel would allocate its result
+    // outside flagos memory (a copy after): a structured op keeps the composite, which
+    // allocates a flagos result and calls the out= op.
+    if (route && route->twin != c10::DeviceType::CPU && !std::is_reference_v<Ret>) {
+      if constexpr (Composite != nullptr) {
+        return (*Composite)(std::forward<Args>(args)...);
+      } else if constexpr (!std::is_void_v<OnDeviceTwin>) {
+        if (OnDeviceTwin::applies(*device)) return OnDeviceTwin::run(std::forward<Args>(args)...);
       }
     }
     if (!route) {
@@ -151,8 +154,21 @@ struct FastKernel<Op, Composite, OnDeviceTwin, Ret(Args...)> {
 
 namespace composite = at::compositeexplicitautogradnonfunctional;
 
-template <class Op, typename Op::schema* Composite = nullptr,
-          typename Op::schema* OnDeviceTwin = Composite>
+// relu's kernel (CPU and CUDA alike) is clamp_min(self, 0). On a device twin it runs as
+// that on flagos, where clamp_min's result is allocated in flagos memory, when clamp_min's
+// out= form (what then runs) is routed to the twin engine too: a route that sends relu to
+// the twin must not send it elsewhere.
+struct ReluOnDeviceTwin {
+  static bool applies(c10::DeviceIndex device) {
+    static const c10::OperatorHandle clamp_min_out = c10::Dispatcher::singleton().findSchemaOrThrow(
+        at::_ops::clamp_min_out::name, at::_ops::clamp_min_out::overload_name);
+    auto route = twin_route(clamp_min_out, device);
+    return route && route->twin != c10::DeviceType::CPU;
+  }
+  static at::Tensor run(const at::Tensor& self) { return at::native::relu(self); }
+};
+
+template <class Op, typename Op::schema* Composite = nullptr, class OnDeviceTwin = void>
 void register_fast(torch::Library& m) {
   std::string name = std::string(Op::name).substr(6);  // without "aten::"
   if (Op::overload_name[0]) name += std::string(".") + Op::overload_name;
@@ -239,9 +255,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   register_fast<nll_loss_forward_output>(m);
   register_fast<nll_loss_backward, &composite::nll_loss_backward_symint>(m);
   register_fast<nll_loss_backward_grad_input>(m);
-  // Not structured: the twin's own kernels. relu's (CPU and CUDA) is clamp_min(self, 0),
-  // which on a device twin then allocates in flagos memory.
-  register_fast<relu, nullptr, &at::native::relu>(m);
+  // Not structured: the twin's own kernels.
+  register_fast<relu, nullptr, ReluOnDeviceTwin>(m);
   register_fast<relu_>(m);
   register_fast<native_layer_norm>(m);
   register_fast<native_layer_norm_backward>(m);
