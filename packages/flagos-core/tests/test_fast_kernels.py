@@ -190,3 +190,48 @@ def test_relu_on_a_device_twin_runs_as_clamp_min_with_its_result_in_flagos_memor
     torch.testing.assert_close(r.cpu(), torch.relu(a.cpu()))
     with pytest.raises(RuntimeError, match="Boolean inputs not supported for relu"):
         torch.relu(a > 0)
+
+
+@pytest.mark.parametrize("route", ["cpu", "twin"])
+def test_tensors_on_other_devices_get_torchs_device_error(route, two_devices):
+    """A CPU twin kernel cannot tell another device's tensor from an alias: such calls take
+    torch's own path, whose checks name the devices (0-dim CPU scalars are accepted)."""
+    a0, b1 = torch.ones(3, device="flagos:0"), torch.ones(3, device="flagos:1")
+    c = torch.zeros(3)
+    with flagos.routing.override({"default": [route]}):
+        for bad in (lambda: a0 + b1, lambda: a0.clone().add_(b1), lambda: a0 + torch.ones(3),
+                    lambda: c.add_(a0), lambda: torch.ops.aten.gelu_backward(a0, b1)):
+            with pytest.raises(RuntimeError, match="same device"):
+                bad()
+        torch.testing.assert_close((a0 + torch.tensor(2.0)).cpu(), torch.full((3,), 3.0))
+    assert torch.equal(c, torch.zeros(3))
+
+
+@pytest.mark.parametrize("route", ["cpu", "twin"])
+def test_partly_overlapping_in_place_arguments_are_refused_as_natively(route):
+    x = torch.arange(6.0, device=DEV)
+    with flagos.routing.override({"default": [route]}):
+        with pytest.raises(RuntimeError, match="single memory location"):
+            x[1:].add_(x[:-1])
+        with pytest.raises(RuntimeError, match="single memory location"):
+            x[1:].mul_(x[:-1])
+    assert x.cpu().tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+
+
+def test_a_route_for_the_out_form_alone_still_receives_it():
+    """Without fast kernels, add/add_/mm reach the dispatcher as add.out/mm.out: a provider
+    routed for those forms only must still get them."""
+    probe = Recorder("probe_out_only", {"aten::add", "aten::mm"})
+    flagos.routing.register_provider(probe)
+    a, b = torch.randn(4, 4, device=DEV), torch.randn(4, 4, device=DEV)
+    spec = {"default": ["twin"], "aten::add.out": ["probe_out_only", "cpu"],
+            "aten::mm.out": ["probe_out_only", "cpu"]}
+    with flagos.routing.override(spec):
+        r = a + b
+        a2 = a.clone()
+        a2.add_(b)
+        m = a @ b
+    assert probe.calls == ["aten::add.out", "aten::add.out", "aten::mm.out"]
+    torch.testing.assert_close(r.cpu(), a.cpu() + b.cpu())
+    torch.testing.assert_close(a2.cpu(), a.cpu() + b.cpu())
+    torch.testing.assert_close(m.cpu(), a.cpu() @ b.cpu())

@@ -137,6 +137,15 @@ bool reusable(const at::Tensor& cached, const at::Tensor& t, c10::Device twin) {
 
 at::Tensor alias_as(const at::Tensor& t, c10::Device twin) { return make_alias(t, twin, true); }
 
+at::Tensor alias_on(const c10::Storage& twin_storage, const at::Tensor& t) {
+  auto key = c10::computeDispatchKey(t.scalar_type(), t.layout(), twin_storage.device());
+  auto out = at::detail::make_tensor<c10::TensorImpl>(c10::Storage(twin_storage),
+                                                      c10::DispatchKeySet(key), t.dtype());
+  out.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+  if (t.unsafeGetTensorImpl()->is_wrapped_number()) out.unsafeGetTensorImpl()->set_wrapped_number(true);
+  return out;
+}
+
 at::Tensor borrowed_alias(const at::Tensor& t, c10::Device twin) {
   // A small per-thread cache: the same tensors come back op after op (weights, running
   // activations), and making an alias costs two allocations. Cached aliases do not own

@@ -29,6 +29,10 @@ at::Tensor alias_as(const at::Tensor& t, c10::Device twin);
 // Like alias_as, but the alias does not keep `t`'s storage alive: for use within one op
 // call while the caller holds `t`. Served from a per-thread cache when possible.
 at::Tensor borrowed_alias(const at::Tensor& t, c10::Device twin);
+// `t`'s geometry over an existing alias storage of `t`'s flagos storage: two arguments of
+// one op that share flagos memory then share it on the twin too, so the kernel's overlap
+// checks (x[1:].add_(x[:-1])) see what they see natively.
+at::Tensor alias_on(const c10::Storage& twin_storage, const at::Tensor& t);
 // A flagos tensor sharing `original`'s storage with `view`'s geometry (view of an alias).
 at::Tensor flagos_view_of(const at::Tensor& original, const at::Tensor& view);
 // Waits for the current stream of `device` so that host code can touch its memory.

@@ -54,6 +54,27 @@ void note_device(std::optional<c10::DeviceIndex>& device, const A& a) {
   }
 }
 
+// Whether a tensor argument may go to the twin kernel of an op on flagos:`device`: the
+// same flagos device, or a 0-dim CPU tensor (a scalar, which native kernels accept too).
+// Anything else takes torch's own path, which raises its device error where it has one
+// (on a CPU twin the kernel could not tell a CPU or other-device tensor from an alias).
+inline bool fits_device(const at::Tensor& t, c10::DeviceIndex device) {
+  if (!t.defined()) return true;
+  if (t.device().type() == c10::DeviceType::PrivateUse1) return t.device().index() == device;
+  return t.device().is_cpu() && t.dim() == 0;
+}
+
+template <class A>
+bool on_device(const A& a, c10::DeviceIndex device) {
+  using D = std::decay_t<A>;
+  if constexpr (std::is_same_v<D, at::Tensor>) return fits_device(a, device);
+  else if constexpr (std::is_same_v<D, std::optional<at::Tensor>>) return !a || fits_device(*a, device);
+  else return true;
+}
+
+template <class A>
+constexpr bool is_mutable_tensor_arg = std::is_same_v<A, at::Tensor&>;
+
 template <class A>
 decltype(auto) to_kernel(TwinCall& call, A&& a) {
   using D = std::decay_t<A>;
@@ -68,36 +89,52 @@ decltype(auto) to_kernel(TwinCall& call, A&& a) {
   }
 }
 
+// In-place and out= results are the caller's own mutable arguments, by position (the
+// i-th Tensor& result is the i-th Tensor& argument, as in every in-place and out= schema),
+// never another handle of the same tensor; fresh results become flagos tensors.
 template <class R>
 struct Results {
   static_assert(std::is_same_v<R, at::Tensor> || std::is_same_v<R, at::Tensor&>,
                 "fast kernels return tensors, tensor references or tuples of them");
-  static R from_twin(TwinCall& call, R r) {
-    if constexpr (std::is_same_v<R, at::Tensor&>) return call.original_of(r);
-    else return call.from_twin(r);
+  template <size_t N>
+  static R from_twin(TwinCall& call, R r, const std::array<at::Tensor*, N>& mutable_args,
+                     size_t& next_mutable) {
+    if constexpr (std::is_same_v<R, at::Tensor&>) {
+      TORCH_INTERNAL_ASSERT(next_mutable < N, "flagos: more Tensor& results than arguments");
+      return *mutable_args[next_mutable++];
+    } else {
+      return call.from_twin(r);
+    }
   }
 };
 
 template <class... Rs>
 struct Results<std::tuple<Rs...>> {
-  static std::tuple<Rs...> from_twin(TwinCall& call, std::tuple<Rs...> r) {
+  template <size_t N>
+  static std::tuple<Rs...> from_twin(TwinCall& call, std::tuple<Rs...> r,
+                                     const std::array<at::Tensor*, N>& mutable_args,
+                                     size_t& next_mutable) {
     return std::apply(
         [&](auto&&... e) {
-          return std::tuple<Rs...>(Results<Rs>::from_twin(call, std::forward<decltype(e)>(e))...);
+          // Braced initialization maps the elements left to right (result positions).
+          return std::tuple<Rs...>{Results<Rs>::from_twin(
+              call, std::forward<decltype(e)>(e), mutable_args, next_mutable)...};
         },
         std::move(r));
   }
 };
 
 // `Composite`: the op's CompositeExplicitAutogradNonFunctional kernel, or nullptr.
-// `OnDeviceTwin`: for a functional op whose twin kernel is written in other ops (relu is
-// clamp_min), that definition (see ReluOnDeviceTwin); void else.
-template <class Op, typename Op::schema* Composite, class OnDeviceTwin,
+// `OutOp`: for such an op, its out= form (at::_ops::<op>_out), which the composite calls;
+// void else. `OnDeviceTwin`: for a functional op whose twin kernel is written in other ops
+// (relu is clamp_min), that definition (see ReluOnDeviceTwin); void else.
+template <class Op, typename Op::schema* Composite, class OutOp, class OnDeviceTwin,
           class Sig = typename Op::schema>
 struct FastKernel;
 
-template <class Op, typename Op::schema* Composite, class OnDeviceTwin, class Ret, class... Args>
-struct FastKernel<Op, Composite, OnDeviceTwin, Ret(Args...)> {
+template <class Op, typename Op::schema* Composite, class OutOp, class OnDeviceTwin, class Ret,
+          class... Args>
+struct FastKernel<Op, Composite, OutOp, OnDeviceTwin, Ret(Args...)> {
   static_assert((is_supported_arg<Args> && ...), "argument type not supported by fast kernels");
   static_assert((0 + ... + int(is_tensor_arg<Args>)) <= int(TwinCall::kMaxUnboxedTensors));
 
@@ -112,7 +149,17 @@ struct FastKernel<Op, Composite, OnDeviceTwin, Ret(Args...)> {
     (note_device(device, args), ...);
     const c10::OperatorHandle& op = handle();
     std::optional<TwinRoute> route;
-    if (device) route = twin_route(op, *device);
+    if (device && (on_device(args, *device) && ...)) route = twin_route(op, *device);
+    if constexpr (!std::is_void_v<OutOp>) {
+      // Without this kernel the op would reach the dispatcher as its out= form (through the
+      // composite): a route for that form (a provider serving only add.out) must still see it.
+      if (route) {
+        static const c10::OperatorHandle out_op =
+            c10::Dispatcher::singleton().findSchemaOrThrow(OutOp::name, OutOp::overload_name);
+        auto out_route = twin_route(out_op, *device);
+        if (!out_route || out_route->twin != route->twin) route.reset();
+      }
+    }
     // On a device twin (CUDA) the twin's functional kernel would allocate its result
     // outside flagos memory (a copy after): a structured op keeps the composite, which
     // allocates a flagos result and calls the out= op.
@@ -146,7 +193,16 @@ struct FastKernel<Op, Composite, OnDeviceTwin, Ret(Args...)> {
           on_twin);
     }();
     twin_call.finish();
-    Ret out = Results<Ret>::from_twin(twin_call, std::forward<Ret>(result));
+    std::array<at::Tensor*, (0 + ... + size_t(is_mutable_tensor_arg<Args>))> mutable_args{};
+    size_t n_mutable = 0;
+    (
+        [&](auto& a) {
+          if constexpr (is_mutable_tensor_arg<decltype(a)>) mutable_args[n_mutable++] = &a;
+        }(args),
+        ...);
+    size_t next_mutable = 0;
+    Ret out = Results<Ret>::from_twin(twin_call, std::forward<Ret>(result), mutable_args,
+                                      next_mutable);
     record_call(route->counters, std::chrono::steady_clock::now() - start);
     return out;
   }
@@ -168,13 +224,14 @@ struct ReluOnDeviceTwin {
   static at::Tensor run(const at::Tensor& self) { return at::native::relu(self); }
 };
 
-template <class Op, typename Op::schema* Composite = nullptr, class OnDeviceTwin = void>
+template <class Op, typename Op::schema* Composite = nullptr, class OutOp = void,
+          class OnDeviceTwin = void>
 void register_fast(torch::Library& m) {
   std::string name = std::string(Op::name).substr(6);  // without "aten::"
   if (Op::overload_name[0]) name += std::string(".") + Op::overload_name;
   note_routed_kernel_op(name);
   m.impl(name.c_str(), torch::CppFunction::makeFromUnboxedFunction(
-             TORCH_FN((&FastKernel<Op, Composite, OnDeviceTwin>::call))));
+             TORCH_FN((&FastKernel<Op, Composite, OutOp, OnDeviceTwin>::call))));
 }
 
 }  // namespace
@@ -190,73 +247,73 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   constexpr lerp__Scalar::schema* lerp__fn = &composite::lerp_;
   constexpr clamp_min::schema* clamp_min_fn = &composite::clamp_min;
   // Structured: functional and in-place forms (with their composite kernel), out= forms.
-  register_fast<add_Tensor, &composite::add>(m);
-  register_fast<add__Tensor, &composite::add_>(m);
+  register_fast<add_Tensor, &composite::add, add_out>(m);
+  register_fast<add__Tensor, &composite::add_, add_out>(m);
   register_fast<add_out>(m);
-  register_fast<sub_Tensor, &composite::sub>(m);
-  register_fast<sub__Tensor, &composite::sub_>(m);
+  register_fast<sub_Tensor, &composite::sub, sub_out>(m);
+  register_fast<sub__Tensor, &composite::sub_, sub_out>(m);
   register_fast<sub_out>(m);
-  register_fast<mul_Tensor, &composite::mul>(m);
-  register_fast<mul__Tensor, &composite::mul_>(m);
+  register_fast<mul_Tensor, &composite::mul, mul_out>(m);
+  register_fast<mul__Tensor, &composite::mul_, mul_out>(m);
   register_fast<mul_out>(m);
-  register_fast<div_Tensor, div_fn>(m);
-  register_fast<div__Tensor, div__fn>(m);
+  register_fast<div_Tensor, div_fn, div_out>(m);
+  register_fast<div__Tensor, div__fn, div_out>(m);
   register_fast<div_out>(m);
-  register_fast<mm, &composite::mm>(m);
+  register_fast<mm, &composite::mm, mm_out>(m);
   register_fast<mm_out>(m);
-  register_fast<addmm, &composite::addmm>(m);
+  register_fast<addmm, &composite::addmm, addmm_out>(m);
   register_fast<addmm_out>(m);
-  register_fast<bmm, &composite::bmm>(m);
+  register_fast<bmm, &composite::bmm, bmm_out>(m);
   register_fast<bmm_out>(m);
-  register_fast<_softmax, &composite::_softmax>(m);
+  register_fast<_softmax, &composite::_softmax, _softmax_out>(m);
   register_fast<_softmax_out>(m);
-  register_fast<_log_softmax, &composite::_log_softmax>(m);
+  register_fast<_log_softmax, &composite::_log_softmax, _log_softmax_out>(m);
   register_fast<_log_softmax_out>(m);
-  register_fast<_softmax_backward_data, &composite::_softmax_backward_data>(m);
+  register_fast<_softmax_backward_data, &composite::_softmax_backward_data, _softmax_backward_data_out>(m);
   register_fast<_softmax_backward_data_out>(m);
-  register_fast<_log_softmax_backward_data, &composite::_log_softmax_backward_data>(m);
+  register_fast<_log_softmax_backward_data, &composite::_log_softmax_backward_data, _log_softmax_backward_data_out>(m);
   register_fast<_log_softmax_backward_data_out>(m);
-  register_fast<sum_dim_IntList, &composite::sum>(m);
+  register_fast<sum_dim_IntList, &composite::sum, sum_IntList_out>(m);
   register_fast<sum_IntList_out>(m);
-  register_fast<mean_dim, &composite::mean>(m);
+  register_fast<mean_dim, &composite::mean, mean_out>(m);
   register_fast<mean_out>(m);
-  register_fast<gelu, &composite::gelu>(m);
+  register_fast<gelu, &composite::gelu, gelu_out>(m);
   register_fast<gelu_out>(m);
-  register_fast<gelu_backward, &composite::gelu_backward>(m);
+  register_fast<gelu_backward, &composite::gelu_backward, gelu_backward_grad_input>(m);
   register_fast<gelu_backward_grad_input>(m);
-  register_fast<silu, &composite::silu>(m);
+  register_fast<silu, &composite::silu, silu_out>(m);
   register_fast<silu_out>(m);
-  register_fast<silu_backward, &composite::silu_backward>(m);
+  register_fast<silu_backward, &composite::silu_backward, silu_backward_grad_input>(m);
   register_fast<silu_backward_grad_input>(m);
-  register_fast<neg, &composite::neg>(m);
+  register_fast<neg, &composite::neg, neg_out>(m);
   register_fast<neg_out>(m);
-  register_fast<at::_ops::exp, &composite::exp>(m);
+  register_fast<at::_ops::exp, &composite::exp, exp_out>(m);
   register_fast<exp_out>(m);
-  register_fast<rsqrt, &composite::rsqrt>(m);
+  register_fast<rsqrt, &composite::rsqrt, rsqrt_out>(m);
   register_fast<rsqrt_out>(m);
-  register_fast<at::_ops::sqrt, &composite::sqrt>(m);
+  register_fast<at::_ops::sqrt, &composite::sqrt, sqrt_out>(m);
   register_fast<sqrt_out>(m);
-  register_fast<at::_ops::tanh, &composite::tanh>(m);
+  register_fast<at::_ops::tanh, &composite::tanh, tanh_out>(m);
   register_fast<tanh_out>(m);
-  register_fast<sigmoid, &composite::sigmoid>(m);
+  register_fast<sigmoid, &composite::sigmoid, sigmoid_out>(m);
   register_fast<sigmoid_out>(m);
-  register_fast<pow_Tensor_Scalar, pow_fn>(m);
+  register_fast<pow_Tensor_Scalar, pow_fn, pow_Tensor_Scalar_out>(m);
   register_fast<pow_Tensor_Scalar_out>(m);
-  register_fast<threshold_backward, &composite::threshold_backward>(m);
+  register_fast<threshold_backward, &composite::threshold_backward, threshold_backward_grad_input>(m);
   register_fast<threshold_backward_grad_input>(m);
-  register_fast<addcmul_, &composite::addcmul_>(m);
-  register_fast<addcdiv_, &composite::addcdiv_>(m);
-  register_fast<lerp__Scalar, lerp__fn>(m);
-  register_fast<clamp_min, clamp_min_fn>(m);
+  register_fast<addcmul_, &composite::addcmul_, addcmul_out>(m);
+  register_fast<addcdiv_, &composite::addcdiv_, addcdiv_out>(m);
+  register_fast<lerp__Scalar, lerp__fn, lerp_Scalar_out>(m);
+  register_fast<clamp_min, clamp_min_fn, clamp_min_out>(m);
   register_fast<clamp_min_out>(m);
-  register_fast<maximum, &composite::maximum>(m);
+  register_fast<maximum, &composite::maximum, maximum_out>(m);
   register_fast<maximum_out>(m);
-  register_fast<nll_loss_forward, &composite::nll_loss_forward_symint>(m);
+  register_fast<nll_loss_forward, &composite::nll_loss_forward_symint, nll_loss_forward_output>(m);
   register_fast<nll_loss_forward_output>(m);
-  register_fast<nll_loss_backward, &composite::nll_loss_backward_symint>(m);
+  register_fast<nll_loss_backward, &composite::nll_loss_backward_symint, nll_loss_backward_grad_input>(m);
   register_fast<nll_loss_backward_grad_input>(m);
   // Not structured: the twin's own kernels.
-  register_fast<relu, nullptr, ReluOnDeviceTwin>(m);
+  register_fast<relu, nullptr, void, ReluOnDeviceTwin>(m);
   register_fast<relu_>(m);
   register_fast<native_layer_norm>(m);
   register_fast<native_layer_norm_backward>(m);

@@ -50,9 +50,16 @@ at::Tensor TwinCall::to_twin(const at::Tensor& t, bool borrow) {
   }
   devices_ |= uint64_t{1} << t.device().index();
   c10::Device twin(twin_, twin_index(t.device().index()));
-  // Lazy conjugate/negative views (ops that handle them, e.g. mm, reach us unresolved)
-  // get an alias of their own carrying the bits; the others may come from the cache.
-  at::Tensor a = t.is_conj() || t.is_neg() ? alias_as(t, twin) : borrowed_alias(t, twin);
+  // Another argument on the same flagos storage: share its alias's storage. Lazy
+  // conjugate/negative views (ops that handle them, e.g. mm, reach us unresolved) get an
+  // alias of their own carrying the bits; the others may come from the cache.
+  at::Tensor a;
+  for (size_t k = 0; k < originals_.size() && !a.defined(); ++k) {
+    if (originals_[k].get().storage().unsafeGetStorageImpl() == t.storage().unsafeGetStorageImpl()) {
+      a = alias_on(aliases_[k].storage(), t);
+    }
+  }
+  if (!a.defined()) a = t.is_conj() || t.is_neg() ? alias_as(t, twin) : borrowed_alias(t, twin);
   if (t.is_conj()) a._set_conj(true);
   if (t.is_neg()) a._set_neg(true);
   originals_.push_back(borrow ? Original{&t, at::Tensor()} : Original{nullptr, t});
