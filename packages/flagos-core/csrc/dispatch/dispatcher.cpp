@@ -198,7 +198,7 @@ void run_routed(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::
 std::optional<TwinRoute> twin_route(const c10::OperatorHandle& op, c10::DeviceIndex device) {
   const Route* route = current_route(op_state(op), device);
   if (!route->twin) return std::nullopt;
-  return TwinRoute{*route->twin, route->counters.front()};
+  return TwinRoute{*route->twin, route->counters.front(), route->chain.front().get()};
 }
 
 void record_call(RouteCounters* counters, std::chrono::steady_clock::duration elapsed) {

@@ -54,6 +54,11 @@ struct RouteCounters;
 struct TwinRoute {
   c10::DeviceType twin;
   RouteCounters* counters;
+  const void* provider;  // identifies the provider the route starts with
+  // Whether another op's route runs where this one does (same provider, same twin).
+  bool same_as(const std::optional<TwinRoute>& other) const {
+    return other && other->twin == twin && other->provider == provider;
+  }
 };
 std::optional<TwinRoute> twin_route(const c10::OperatorHandle& op, c10::DeviceIndex device);
 void record_call(RouteCounters* counters, std::chrono::steady_clock::duration elapsed);

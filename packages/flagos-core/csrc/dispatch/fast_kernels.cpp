@@ -156,8 +156,7 @@ struct FastKernel<Op, Composite, OutOp, OnDeviceTwin, Ret(Args...)> {
       if (route) {
         static const c10::OperatorHandle out_op =
             c10::Dispatcher::singleton().findSchemaOrThrow(OutOp::name, OutOp::overload_name);
-        auto out_route = twin_route(out_op, *device);
-        if (!out_route || out_route->twin != route->twin) route.reset();
+        if (!route->same_as(twin_route(out_op, *device))) route.reset();
       }
     }
     // On a device twin (CUDA) the twin's functional kernel would allocate its result
@@ -167,7 +166,7 @@ struct FastKernel<Op, Composite, OutOp, OnDeviceTwin, Ret(Args...)> {
       if constexpr (Composite != nullptr) {
         return (*Composite)(std::forward<Args>(args)...);
       } else if constexpr (!std::is_void_v<OnDeviceTwin>) {
-        if (OnDeviceTwin::applies(*device)) return OnDeviceTwin::run(std::forward<Args>(args)...);
+        if (OnDeviceTwin::applies(*route, *device)) return OnDeviceTwin::run(std::forward<Args>(args)...);
       }
     }
     if (!route) {
@@ -212,14 +211,13 @@ namespace composite = at::compositeexplicitautogradnonfunctional;
 
 // relu's kernel (CPU and CUDA alike) is clamp_min(self, 0). On a device twin it runs as
 // that on flagos, where clamp_min's result is allocated in flagos memory, when clamp_min's
-// out= form (what then runs) is routed to the twin engine too: a route that sends relu to
-// the twin must not send it elsewhere.
+// out= form (what then runs) is routed to the same provider: a route that sends relu to a
+// provider must not send it elsewhere.
 struct ReluOnDeviceTwin {
-  static bool applies(c10::DeviceIndex device) {
+  static bool applies(const TwinRoute& relu_route, c10::DeviceIndex device) {
     static const c10::OperatorHandle clamp_min_out = c10::Dispatcher::singleton().findSchemaOrThrow(
         at::_ops::clamp_min_out::name, at::_ops::clamp_min_out::overload_name);
-    auto route = twin_route(clamp_min_out, device);
-    return route && route->twin != c10::DeviceType::CPU;
+    return relu_route.same_as(twin_route(clamp_min_out, device));
   }
   static at::Tensor run(const at::Tensor& self) { return at::native::relu(self); }
 };
