@@ -166,7 +166,9 @@ struct FastKernel<Op, Composite, OutOp, OnDeviceTwin, Ret(Args...)> {
       if constexpr (Composite != nullptr) {
         return (*Composite)(std::forward<Args>(args)...);
       } else if constexpr (!std::is_void_v<OnDeviceTwin>) {
-        if (OnDeviceTwin::applies(*route, *device)) return OnDeviceTwin::run(std::forward<Args>(args)...);
+        if (OnDeviceTwin::applies(*route, *device)) {
+          return OnDeviceTwin::run(std::forward<Args>(args)...);
+        }
       }
     }
     if (!route) {
