@@ -20,8 +20,8 @@ DEV = "flagos:0"
 
 
 class Recorder(Provider):
-    """A Python provider that serves `ops` on the CPU (out= and in-place honoured) and
-    records the op names it receives."""
+    """A Python provider for `ops` that records the op names it receives and declines
+    them, so that the next provider of the chain runs the op."""
 
     def __init__(self, name: str, ops: set[str]) -> None:
         super().__init__(name)
@@ -33,7 +33,7 @@ class Recorder(Provider):
 
     def __call__(self, op, args, kwargs):
         self.calls.append(op.name())
-        return NotImplemented  # the cpu provider after it runs the op
+        return NotImplemented
 
 
 @pytest.fixture(autouse=True)

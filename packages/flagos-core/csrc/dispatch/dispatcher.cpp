@@ -170,7 +170,9 @@ const Route* current_route(OpState& st, c10::DeviceIndex device) {
   return route && route->version == version ? route : resolve(st, device, version);
 }
 
-void flagos_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+}  // namespace
+
+void run_routed(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
   auto device = infer_device(op, *stack);
   hal_device(device);  // validates the index with a clear error
   OpState& st = op_state(op);
@@ -187,12 +189,6 @@ void flagos_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::
     c->declined.fetch_add(1, std::memory_order_relaxed);
   }
   TORCH_CHECK(false, "flagos: no provider accepted ", st.name);
-}
-
-}  // namespace
-
-void run_routed(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
-  flagos_fallback(op, keys, stack);
 }
 
 std::optional<TwinRoute> twin_route(const c10::OperatorHandle& op, c10::DeviceIndex device) {
@@ -285,7 +281,7 @@ void reset_routing_stats() {
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
-  m.fallback(torch::CppFunction::makeFromBoxedFunction<&flagos_fallback>());
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&run_routed>());
 }
 
 // Ops whose CompositeExplicitAutograd kernel would win over the fallback but refuses
@@ -297,7 +293,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   for (const char* name : {"mode.values", "convolution_overrideable",
                            "convolution_backward_overrideable"}) {
     note_routed_kernel_op(name);
-    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&flagos_fallback>());
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&run_routed>());
   }
 }
 

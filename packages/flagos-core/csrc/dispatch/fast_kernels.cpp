@@ -234,6 +234,14 @@ void register_fast(torch::Library& m) {
              TORCH_FN((&FastKernel<Op, Composite, OutOp, OnDeviceTwin>::call))));
 }
 
+// A structured op's functional (or in-place) form, with its composite kernel, and the
+// out= form that composite calls.
+template <class Op, typename Op::schema* Composite, class OutOp>
+void register_structured(torch::Library& m) {
+  register_fast<Op, Composite, OutOp>(m);
+  register_fast<OutOp>(m);
+}
+
 }  // namespace
 
 // The hot ops of training and inference: elementwise math, matmuls, reductions, softmax,
@@ -246,72 +254,43 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   constexpr pow_Tensor_Scalar::schema* pow_fn = &composite::pow;
   constexpr lerp__Scalar::schema* lerp__fn = &composite::lerp_;
   constexpr clamp_min::schema* clamp_min_fn = &composite::clamp_min;
-  // Structured: functional and in-place forms (with their composite kernel), out= forms.
-  register_fast<add_Tensor, &composite::add, add_out>(m);
+  // Structured ops: each form with its composite kernel and the out= form it calls.
+  register_structured<add_Tensor, &composite::add, add_out>(m);
   register_fast<add__Tensor, &composite::add_, add_out>(m);
-  register_fast<add_out>(m);
-  register_fast<sub_Tensor, &composite::sub, sub_out>(m);
+  register_structured<sub_Tensor, &composite::sub, sub_out>(m);
   register_fast<sub__Tensor, &composite::sub_, sub_out>(m);
-  register_fast<sub_out>(m);
-  register_fast<mul_Tensor, &composite::mul, mul_out>(m);
+  register_structured<mul_Tensor, &composite::mul, mul_out>(m);
   register_fast<mul__Tensor, &composite::mul_, mul_out>(m);
-  register_fast<mul_out>(m);
-  register_fast<div_Tensor, div_fn, div_out>(m);
+  register_structured<div_Tensor, div_fn, div_out>(m);
   register_fast<div__Tensor, div__fn, div_out>(m);
-  register_fast<div_out>(m);
-  register_fast<mm, &composite::mm, mm_out>(m);
-  register_fast<mm_out>(m);
-  register_fast<addmm, &composite::addmm, addmm_out>(m);
-  register_fast<addmm_out>(m);
-  register_fast<bmm, &composite::bmm, bmm_out>(m);
-  register_fast<bmm_out>(m);
-  register_fast<_softmax, &composite::_softmax, _softmax_out>(m);
-  register_fast<_softmax_out>(m);
-  register_fast<_log_softmax, &composite::_log_softmax, _log_softmax_out>(m);
-  register_fast<_log_softmax_out>(m);
-  register_fast<_softmax_backward_data, &composite::_softmax_backward_data, _softmax_backward_data_out>(m);
-  register_fast<_softmax_backward_data_out>(m);
-  register_fast<_log_softmax_backward_data, &composite::_log_softmax_backward_data, _log_softmax_backward_data_out>(m);
-  register_fast<_log_softmax_backward_data_out>(m);
-  register_fast<sum_dim_IntList, &composite::sum, sum_IntList_out>(m);
-  register_fast<sum_IntList_out>(m);
-  register_fast<mean_dim, &composite::mean, mean_out>(m);
-  register_fast<mean_out>(m);
-  register_fast<gelu, &composite::gelu, gelu_out>(m);
-  register_fast<gelu_out>(m);
-  register_fast<gelu_backward, &composite::gelu_backward, gelu_backward_grad_input>(m);
-  register_fast<gelu_backward_grad_input>(m);
-  register_fast<silu, &composite::silu, silu_out>(m);
-  register_fast<silu_out>(m);
-  register_fast<silu_backward, &composite::silu_backward, silu_backward_grad_input>(m);
-  register_fast<silu_backward_grad_input>(m);
-  register_fast<neg, &composite::neg, neg_out>(m);
-  register_fast<neg_out>(m);
-  register_fast<at::_ops::exp, &composite::exp, exp_out>(m);
-  register_fast<exp_out>(m);
-  register_fast<rsqrt, &composite::rsqrt, rsqrt_out>(m);
-  register_fast<rsqrt_out>(m);
-  register_fast<at::_ops::sqrt, &composite::sqrt, sqrt_out>(m);
-  register_fast<sqrt_out>(m);
-  register_fast<at::_ops::tanh, &composite::tanh, tanh_out>(m);
-  register_fast<tanh_out>(m);
-  register_fast<sigmoid, &composite::sigmoid, sigmoid_out>(m);
-  register_fast<sigmoid_out>(m);
-  register_fast<pow_Tensor_Scalar, pow_fn, pow_Tensor_Scalar_out>(m);
-  register_fast<pow_Tensor_Scalar_out>(m);
-  register_fast<threshold_backward, &composite::threshold_backward, threshold_backward_grad_input>(m);
-  register_fast<threshold_backward_grad_input>(m);
+  register_structured<mm, &composite::mm, mm_out>(m);
+  register_structured<addmm, &composite::addmm, addmm_out>(m);
+  register_structured<bmm, &composite::bmm, bmm_out>(m);
+  register_structured<_softmax, &composite::_softmax, _softmax_out>(m);
+  register_structured<_log_softmax, &composite::_log_softmax, _log_softmax_out>(m);
+  register_structured<_softmax_backward_data, &composite::_softmax_backward_data, _softmax_backward_data_out>(m);
+  register_structured<_log_softmax_backward_data, &composite::_log_softmax_backward_data, _log_softmax_backward_data_out>(m);
+  register_structured<sum_dim_IntList, &composite::sum, sum_IntList_out>(m);
+  register_structured<mean_dim, &composite::mean, mean_out>(m);
+  register_structured<gelu, &composite::gelu, gelu_out>(m);
+  register_structured<gelu_backward, &composite::gelu_backward, gelu_backward_grad_input>(m);
+  register_structured<silu, &composite::silu, silu_out>(m);
+  register_structured<silu_backward, &composite::silu_backward, silu_backward_grad_input>(m);
+  register_structured<neg, &composite::neg, neg_out>(m);
+  register_structured<at::_ops::exp, &composite::exp, exp_out>(m);
+  register_structured<rsqrt, &composite::rsqrt, rsqrt_out>(m);
+  register_structured<at::_ops::sqrt, &composite::sqrt, sqrt_out>(m);
+  register_structured<at::_ops::tanh, &composite::tanh, tanh_out>(m);
+  register_structured<sigmoid, &composite::sigmoid, sigmoid_out>(m);
+  register_structured<pow_Tensor_Scalar, pow_fn, pow_Tensor_Scalar_out>(m);
+  register_structured<threshold_backward, &composite::threshold_backward, threshold_backward_grad_input>(m);
   register_fast<addcmul_, &composite::addcmul_, addcmul_out>(m);
   register_fast<addcdiv_, &composite::addcdiv_, addcdiv_out>(m);
   register_fast<lerp__Scalar, lerp__fn, lerp_Scalar_out>(m);
-  register_fast<clamp_min, clamp_min_fn, clamp_min_out>(m);
-  register_fast<clamp_min_out>(m);
-  register_fast<maximum, &composite::maximum, maximum_out>(m);
-  register_fast<maximum_out>(m);
-  register_fast<nll_loss_forward, &composite::nll_loss_forward_symint, nll_loss_forward_output>(m);
-  register_fast<nll_loss_forward_output>(m);
-  register_fast<nll_loss_backward, &composite::nll_loss_backward_symint, nll_loss_backward_grad_input>(m);
-  register_fast<nll_loss_backward_grad_input>(m);
+  register_structured<clamp_min, clamp_min_fn, clamp_min_out>(m);
+  register_structured<maximum, &composite::maximum, maximum_out>(m);
+  register_structured<nll_loss_forward, &composite::nll_loss_forward_symint, nll_loss_forward_output>(m);
+  register_structured<nll_loss_backward, &composite::nll_loss_backward_symint, nll_loss_backward_grad_input>(m);
   // Not structured: the twin's own kernels.
   register_fast<relu, nullptr, void, ReluOnDeviceTwin>(m);
   register_fast<relu_>(m);

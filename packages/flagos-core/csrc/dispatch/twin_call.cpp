@@ -41,40 +41,41 @@ c10::DeviceIndex TwinCall::twin_index(c10::DeviceIndex flagos_device) const {
   return twin_ == c10::DeviceType::CPU ? -1 : twin_device_index(flagos_device);
 }
 
-at::Tensor TwinCall::to_twin(const at::Tensor& t, bool borrow) {
-  if (!is_flagos(t)) return t;
+size_t TwinCall::alias_index(const at::Tensor& t, bool borrow) {
   // A tensor passed twice (add(x, y, out=x)) is one alias, so the kernel sees the same
   // tensor in both places, as natively (its overlap and resize checks depend on it).
+  // Another argument on the same flagos storage: the alias shares that alias's storage,
+  // so the kernel's partial-overlap checks (x[1:].add_(x[:-1])) hold too.
+  const c10::Storage* shared = nullptr;
   for (size_t k = 0; k < originals_.size(); ++k) {
-    if (originals_[k].get().is_same(t)) return aliases_[k];
-  }
-  devices_ |= uint64_t{1} << t.device().index();
-  c10::Device twin(twin_, twin_index(t.device().index()));
-  // Another argument on the same flagos storage: share its alias's storage. Lazy
-  // conjugate/negative views (ops that handle them, e.g. mm, reach us unresolved) get an
-  // alias of their own carrying the bits; the others may come from the cache.
-  at::Tensor a;
-  for (size_t k = 0; k < originals_.size() && !a.defined(); ++k) {
-    if (originals_[k].get().storage().unsafeGetStorageImpl() == t.storage().unsafeGetStorageImpl()) {
-      a = alias_on(aliases_[k].storage(), t);
+    const at::Tensor& o = originals_[k].get();
+    if (o.is_same(t)) return k;
+    if (!shared && o.storage().unsafeGetStorageImpl() == t.storage().unsafeGetStorageImpl()) {
+      shared = &aliases_[k].storage();
     }
   }
-  if (!a.defined()) a = t.is_conj() || t.is_neg() ? alias_as(t, twin) : borrowed_alias(t, twin);
+  devices_ |= uint64_t{1} << t.device().index();
+  // Lazy conjugate/negative views (ops that handle them, e.g. mm, reach us unresolved)
+  // get an alias of their own carrying the bits; the others may come from the cache.
+  c10::Device twin(twin_, twin_index(t.device().index()));
+  at::Tensor a = shared ? alias_on(*shared, t)
+               : t.is_conj() || t.is_neg() ? alias_as(t, twin) : borrowed_alias(t, twin);
   if (t.is_conj()) a._set_conj(true);
   if (t.is_neg()) a._set_neg(true);
+  // Unboxed callers hold references into aliases_: it must not grow past its inline room.
+  TORCH_INTERNAL_ASSERT(!borrow || aliases_.size() < kMaxUnboxedTensors);
   originals_.push_back(borrow ? Original{&t, at::Tensor()} : Original{nullptr, t});
-  aliases_.push_back(a);
-  return a;
+  aliases_.push_back(std::move(a));
+  return aliases_.size() - 1;
+}
+
+at::Tensor TwinCall::to_twin(const at::Tensor& t, bool borrow) {
+  return is_flagos(t) ? aliases_[alias_index(t, borrow)] : t;
 }
 
 at::Tensor& TwinCall::alias(const at::Tensor& t) {
-  TORCH_INTERNAL_ASSERT(aliases_.size() < kMaxUnboxedTensors || !is_flagos(t));
   if (!is_flagos(t)) return const_cast<at::Tensor&>(t);
-  at::Tensor a = to_twin(t, /*borrow=*/true);
-  for (auto& known : aliases_) {
-    if (known.is_same(a)) return known;
-  }
-  TORCH_INTERNAL_ASSERT(false, "flagos: an alias went missing");
+  return aliases_[alias_index(t, /*borrow=*/true)];
 }
 
 c10::IValue TwinCall::to_twin(const c10::IValue& v, const c10::Argument& arg) {

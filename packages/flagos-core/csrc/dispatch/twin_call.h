@@ -70,6 +70,8 @@ class TwinCall {
   at::Tensor from_twin(const at::Tensor& t, const std::vector<int64_t>* want = nullptr);
 
  private:
+  // The index in aliases_ of flagos tensor `t`'s alias, made if new.
+  size_t alias_index(const at::Tensor& t, bool borrow);
   at::Tensor to_twin(const at::Tensor& t, bool borrow);
   c10::IValue to_twin(const c10::IValue& v, const c10::Argument& arg);
   c10::IValue from_twin(const c10::IValue& v);
