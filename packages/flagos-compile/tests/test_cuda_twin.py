@@ -88,9 +88,25 @@ def test_no_device_guard_on_sim(sim_twin) -> None:
     assert _codegen.FlagosDeviceOpOverrides().device_guard(0) == "torch.flagos.device(0)"
 
 
+def test_cuda_twin_is_a_gpu_for_inductor(cuda_twin) -> None:
+    from torch._inductor import utils
+
+    # Inductor's GPU strategies (fusion, reductions, mm + fused bias activation) apply ...
+    assert utils.is_gpu("flagos") and utils.is_gpu("cuda")
+    assert not utils.is_gpu("cpu")
+    # ... while the process's one native GPU type is still the only one listed.
+    assert "flagos" not in list(utils.GPU_TYPES)
+    assert utils.get_gpu_type() in ("cuda", "xpu", "mps", "mtia")
+
+
+def test_sim_is_not_a_gpu_for_inductor(sim_twin) -> None:
+    from torch._inductor import utils
+
+    assert not utils.is_gpu("flagos")
+
+
 def test_patches_are_named() -> None:
     from flagos_compile import _patches
 
     assert "torch._inductor.runtime.hints.DeviceProperties.create" in _patches.applied
-    assert "torch._inductor.utils.device_need_guard" in _patches.applied
-    assert "torch._inductor.scheduler.device_need_guard" in _patches.applied
+    assert "torch._inductor.utils.GPU_TYPES" in _patches.applied

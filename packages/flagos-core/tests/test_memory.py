@@ -233,3 +233,35 @@ def test_passthrough_mode(run_python, sim_only):
     assert "AGAIN 2" in out  # nothing cached: a second HAL allocation
     assert "FREED 0 0" in out
     assert "SUM 90.0" in out
+
+
+def test_recently_freed_small_blocks_are_reused_exactly_and_merge_back(device0):
+    """Freed small blocks are parked whole for an exact-size request; parking more than
+    the allocator keeps merges the oldest back, also into a neighbour parked right then."""
+    F.empty_cache()
+    _settle()
+    start = F.memory_allocated()
+    xs = [torch.empty(1024, dtype=torch.uint8, device="flagos") for _ in range(40)]
+    p = xs[5].data_ptr()
+    xs[5] = None
+    again = torch.empty(1024, dtype=torch.uint8, device="flagos")
+    assert again.data_ptr() == p  # the parked block, taken back whole
+    # Park xs[1], then enough others to make it the oldest, then its neighbour xs[2]:
+    # evicting xs[1] must not merge xs[2] away while xs[2] is being parked.
+    xs[1] = None
+    for i in range(10, 25):
+        xs[i] = None
+    xs[2] = None
+    live = [x for x in xs if x is not None] + [again]
+    live += [torch.empty(1024, dtype=torch.uint8, device="flagos") for _ in range(30)]
+    assert len({x.data_ptr() for x in live}) == len(live)  # no block handed out twice
+    for i, x in enumerate(live):
+        x.fill_(i % 251)
+    assert all(int(x[0]) == i % 251 for i, x in enumerate(live))
+    assert F.memory_allocated() == start + 1024 * len(live)
+    del xs, live, again, x
+    _settle()
+    assert F.memory_allocated() == start
+    for seg in F.memory_snapshot():
+        if seg["allocated_size"] == 0:  # fully free segments are one merged block
+            assert len(seg["blocks"]) == 1

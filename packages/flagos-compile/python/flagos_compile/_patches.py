@@ -125,29 +125,35 @@ def _patch_device_properties() -> None:
     applied.append("torch._inductor.runtime.hints.DeviceProperties.create")
 
 
-def _patch_device_need_guard() -> None:
-    # WHY: the Python wrapper wraps GPU kernel launches in a device guard only for device
-    # types in torch._inductor.utils.GPU_TYPES (device_need_guard). A Triton kernel for a
-    # CUDA-twin flagos device must run with its twin current, as Inductor does for cuda.
-    # Adding "flagos" to GPU_TYPES would be wider (get_gpu_type() asserts that at most one
-    # GPU type is available, and cuda is), so only the guard decision answers True, and
-    # FlagosDeviceOpOverrides.device_guard enters both torch.flagos.device(i) and
-    # torch.cuda.device(twin). The function is imported by name, so references are rebound.
-    import torch._inductor.scheduler  # noqa: F401 - holds a reference to rebind
-    from torch._inductor import utils
+class _GpuTypes(list):
+    """torch._inductor.utils.GPU_TYPES, where a CUDA-twin flagos device is a GPU type for
+    membership (``is_gpu("flagos")``) but is not listed when iterated (``get_gpu_type()``
+    picks the process's one native GPU type from the list, and asserts there is one)."""
 
-    original = getattr(utils, "device_need_guard", None)
-    if original is None or getattr(original, "_flagos_patch", False):
-        return
-
-    def device_need_guard(device: str) -> bool:
+    def __contains__(self, device: object) -> bool:
         if device == "flagos":
             return twins() == {"cuda"}
-        return original(device)
+        return super().__contains__(device)
 
-    device_need_guard._flagos_patch = True  # type: ignore[attr-defined]
-    device_need_guard.__wrapped__ = original  # type: ignore[attr-defined]
-    applied.extend(_rebind("torch._inductor", original, device_need_guard))
+
+def _patch_is_gpu() -> None:
+    # WHY: Inductor asks torch._inductor.utils.is_gpu(device.type) (`device in GPU_TYPES`)
+    # wherever it picks between its GPU and CPU strategies: which nodes may fuse
+    # (BaseSchedulerNode.is_gpu), split reductions, loop ordering after fusion, whether a
+    # bias add leaves addmm for the following pointwise kernel (post_grad
+    # unfuse_bias_add_to_pointwise: mm and a fused bias+activation kernel, as on CUDA,
+    # instead of addmm with a cuBLASLt epilogue, 20% slower on an H200), input alignment,
+    # the device guard around launches. A flagos device on a CUDA HAL runs Triton kernels
+    # on CUDA memory: for all of these it is the GPU it mirrors. There is no registration
+    # for GPU types, and is_gpu is imported by name into ~15 modules, some loaded lazily;
+    # the list it reads is replaced instead, by one that answers the membership question
+    # for flagos (True on a CUDA twin only; sim stays a CPU-like device).
+    from torch._inductor import utils
+
+    if isinstance(utils.GPU_TYPES, _GpuTypes):
+        return
+    utils.GPU_TYPES = _GpuTypes(utils.GPU_TYPES)
+    applied.append("torch._inductor.utils.GPU_TYPES")
 
 
 def _twin_of_fake(t: Any) -> torch.device | None:
@@ -201,4 +207,4 @@ def apply() -> None:
     _patch_scheduler_node_is_cpu()
     _patch_get_current_backend()
     _patch_device_properties()
-    _patch_device_need_guard()
+    _patch_is_gpu()

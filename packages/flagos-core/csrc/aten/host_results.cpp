@@ -2,6 +2,7 @@
 
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/Storage.h>
+#include <c10/util/SmallVector.h>
 
 #include <mutex>
 #include <unordered_map>
@@ -16,20 +17,44 @@ thread_local c10::DeviceIndex t_device = -1;
 // The flagos allocations handed out as CPU memory, by address. ideep allocates through
 // raw_allocate, which needs the context to be the data pointer, so the flagos DataPtr
 // (whose context is its block) waits here until the CPU side frees or adopt takes it.
+//
+// While a scope is active they wait in a small per-thread list, without a lock: a kernel's
+// results and temporaries are freed or adopted by the thread that runs it, inside the
+// scope. What is still there when the outermost scope ends (a result something else
+// holds), or does not fit in the list, moves to the shared map, where any thread finds it.
+struct Pending {
+  void* ptr;
+  c10::DataPtr flagos;
+};
+constexpr size_t kLocal = 8;
+thread_local c10::SmallVector<Pending, kLocal> t_local;
+
 std::mutex g_mutex;
-std::unordered_map<void*, c10::DataPtr>& live() {
+std::unordered_map<void*, c10::DataPtr>& shared() {
   static auto* m = new std::unordered_map<void*, c10::DataPtr>();  // leaked: used at exit
   return *m;
+}
+
+void to_shared(Pending&& p) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  shared().emplace(p.ptr, std::move(p.flagos));
 }
 
 c10::Allocator* g_base = nullptr;  // the CPU allocator outside scopes
 
 std::optional<c10::DataPtr> take(void* ptr) {
+  for (size_t i = t_local.size(); i-- > 0;) {  // newest first: results are taken soon
+    if (t_local[i].ptr == ptr) {
+      c10::DataPtr dp = std::move(t_local[i].flagos);
+      t_local.erase(t_local.begin() + i);
+      return dp;
+    }
+  }
   std::lock_guard<std::mutex> lock(g_mutex);
-  auto it = live().find(ptr);
-  if (it == live().end()) return std::nullopt;
+  auto it = shared().find(ptr);
+  if (it == shared().end()) return std::nullopt;
   c10::DataPtr dp = std::move(it->second);
-  live().erase(it);
+  shared().erase(it);
   return dp;
 }
 
@@ -48,10 +73,11 @@ class HostResultsAllocator final : public c10::Allocator {
     c10::DataPtr flagos = try_allocate_on_device(t_device, n);
     if (!flagos) return g_base->allocate(n);
     void* ptr = flagos.get();
-    {
-      std::lock_guard<std::mutex> lock(g_mutex);
-      live().emplace(ptr, std::move(flagos));
+    if (t_local.size() == kLocal) {
+      to_shared(std::move(t_local.front()));
+      t_local.erase(t_local.begin());
     }
+    t_local.push_back(Pending{ptr, std::move(flagos)});
     return c10::DataPtr(ptr, ptr, &delete_host_result, c10::Device(c10::DeviceType::CPU));
   }
   c10::DeleterFnPtr raw_deleter() const override { return &raw_delete; }
@@ -78,7 +104,12 @@ HostResultsOnFlagos::HostResultsOnFlagos(c10::DeviceIndex device) : previous_(t_
   t_device = device;
 }
 
-HostResultsOnFlagos::~HostResultsOnFlagos() { t_device = previous_; }
+HostResultsOnFlagos::~HostResultsOnFlagos() {
+  t_device = previous_;
+  if (previous_ >= 0) return;  // an outer scope is still active on this thread
+  for (auto& p : t_local) to_shared(std::move(p));
+  t_local.clear();
+}
 
 std::optional<at::Tensor> adopt_as_flagos(const at::Tensor& t) {
   // Only a result nothing else holds (no cache, no second return) may give its bytes
@@ -92,14 +123,14 @@ std::optional<at::Tensor> adopt_as_flagos(const at::Tensor& t) {
   if (cpu.get_deleter() != &delete_host_result) return std::nullopt;
   auto flagos = take(cpu.get());
   if (!flagos) return std::nullopt;
-  // The CPU storage lets go of the bytes without freeing them: the flagos DataPtr owns them.
-  impl->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::DeviceType::CPU))).release_context();
-  size_t nbytes = impl->nbytes();
-  impl->set_nbytes(0);  // the emptied CPU storage claims no bytes
-  c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes, std::move(*flagos),
-                       device_allocator(), /*resizable=*/true);
+  // The storage itself becomes flagos storage (its device is its DataPtr's): the CPU
+  // DataPtr lets go of the bytes without freeing them, the flagos DataPtr owns them now.
+  // Only the TensorImpl is new, since a tensor's dispatch keys are fixed at construction.
+  impl->set_data_ptr(std::move(*flagos)).release_context();
+  impl->set_allocator(device_allocator());
   auto out = at::detail::make_tensor<c10::TensorImpl>(
-      std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), t.dtype());
+      c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(impl)),
+      c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), t.dtype());
   out.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
   return out;
 }

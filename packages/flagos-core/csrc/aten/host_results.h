@@ -22,6 +22,7 @@ namespace flagos {
 bool install_host_results_allocator();
 
 // While alive, CPU allocations on this thread come from flagos:`device`'s allocator.
+// Adopting (or freeing) them before the scope ends takes no lock.
 class HostResultsOnFlagos {
  public:
   explicit HostResultsOnFlagos(c10::DeviceIndex device);

@@ -12,13 +12,14 @@
 #include <unordered_map>
 
 #include "aten/alias.h"
+#include "dispatch/op_clock.h"
 #include "dispatch/python_bridge.h"
 #include "runtime/hal.h"
 
 namespace flagos {
 
 struct RouteCounters {
-  std::atomic<uint64_t> calls{0}, ns{0}, declined{0};
+  std::atomic<uint64_t> calls{0}, ticks{0}, declined{0};  // ticks: op_clock.h
 };
 
 namespace {
@@ -178,9 +179,9 @@ void run_routed(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::
   OpState& st = op_state(op);
   const Route* route = current_route(st, device);
   for (size_t i = 0; i < route->chain.size(); ++i) {
-    auto t0 = std::chrono::steady_clock::now();
+    uint64_t t0 = op_clock::now();
     bool accepted = run_provider(*route->chain[i], op, stack, device);
-    auto dt = std::chrono::steady_clock::now() - t0;
+    uint64_t dt = op_clock::now() - t0;
     auto* c = route->counters[i];
     if (accepted) {
       record_call(c, dt);
@@ -197,10 +198,9 @@ std::optional<TwinRoute> twin_route(const c10::OperatorHandle& op, c10::DeviceIn
   return TwinRoute{*route->twin, route->counters.front(), route->chain.front().get()};
 }
 
-void record_call(RouteCounters* counters, std::chrono::steady_clock::duration elapsed) {
+void record_call(RouteCounters* counters, uint64_t ticks) {
   counters->calls.fetch_add(1, std::memory_order_relaxed);
-  counters->ns.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count(),
-                         std::memory_order_relaxed);
+  counters->ticks.fetch_add(ticks, std::memory_order_relaxed);
 }
 
 namespace {
@@ -255,13 +255,15 @@ void set_resolver(void* py_callable) {
 
 std::vector<std::tuple<std::string, std::string, uint64_t, uint64_t, uint64_t>> routing_stats() {
   std::vector<std::tuple<std::string, std::string, uint64_t, uint64_t, uint64_t>> out;
+  double ns_per_tick = op_clock::ns_per_tick();
   std::shared_lock<std::shared_mutex> lock(g_ops_mutex);
   for (const auto& kv : g_ops) {
     std::lock_guard<std::mutex> op_lock(kv.second->mutex);
     for (const auto& c : kv.second->counters) {
       uint64_t calls = c.second->calls.load(), declined = c.second->declined.load();
       if (calls || declined) {
-        out.emplace_back(kv.second->name, c.first, calls, c.second->ns.load(), declined);
+        auto ns = static_cast<uint64_t>(double(c.second->ticks.load()) * ns_per_tick);
+        out.emplace_back(kv.second->name, c.first, calls, ns, declined);
       }
     }
   }
@@ -274,7 +276,7 @@ void reset_routing_stats() {
     std::lock_guard<std::mutex> op_lock(kv.second->mutex);
     for (const auto& c : kv.second->counters) {
       c.second->calls = 0;
-      c.second->ns = 0;
+      c.second->ticks = 0;
       c.second->declined = 0;
     }
   }

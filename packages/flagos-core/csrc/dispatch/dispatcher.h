@@ -4,7 +4,7 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 
-#include <chrono>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
@@ -61,6 +61,7 @@ struct TwinRoute {
   }
 };
 std::optional<TwinRoute> twin_route(const c10::OperatorHandle& op, c10::DeviceIndex device);
-void record_call(RouteCounters* counters, std::chrono::steady_clock::duration elapsed);
+// `ticks`: op_clock ticks the call took (op_clock.h).
+void record_call(RouteCounters* counters, uint64_t ticks);
 
 }  // namespace flagos

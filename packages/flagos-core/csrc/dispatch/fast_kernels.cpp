@@ -26,6 +26,7 @@
 
 #include "aten/alias.h"
 #include "dispatch/dispatcher.h"
+#include "dispatch/op_clock.h"
 #include "dispatch/twin_call.h"
 #include "runtime/stream.h"
 
@@ -79,7 +80,7 @@ template <class A>
 decltype(auto) to_kernel(TwinCall& call, A&& a) {
   using D = std::decay_t<A>;
   if constexpr (std::is_same_v<D, at::Tensor>) {
-    return static_cast<at::Tensor&>(call.alias(a));
+    return static_cast<at::Tensor&>(call.alias(a, is_mutable_tensor_arg<A>));
   } else if constexpr (std::is_same_v<D, std::optional<at::Tensor>>) {
     return call.alias(a);
   } else if constexpr (std::is_same_v<D, std::optional<at::Generator>>) {
@@ -180,19 +181,18 @@ struct FastKernel<Op, Composite, OutOp, OnDeviceTwin, Ret(Args...)> {
             std::forward<Args>(args)...);
       }
     }
-    auto start = std::chrono::steady_clock::now();
+    uint64_t start = op_clock::now();
     TwinCall twin_call(*device, route->twin, &op);
     // Braced initialization aliases the arguments left to right, before enter().
     std::tuple<decltype(to_kernel(twin_call, args))...> on_twin{to_kernel(twin_call, args)...};
     twin_call.enter();
-    Ret result = [&]() -> Ret {
-      TwinCall::KernelScope scope(twin_call);
-      return std::apply(
-          [&](auto&&... a) -> decltype(auto) {
-            return Op::redispatch(twin_call.twin_keys(), std::forward<decltype(a)>(a)...);
-          },
-          on_twin);
-    }();
+    // Until the call returns: fresh results are adopted inside it (aten/host_results.h).
+    TwinCall::KernelScope scope(twin_call);
+    Ret result = std::apply(
+        [&](auto&&... a) -> decltype(auto) {
+          return Op::redispatch(twin_call.twin_keys(), std::forward<decltype(a)>(a)...);
+        },
+        on_twin);
     twin_call.finish();
     std::array<at::Tensor*, (0 + ... + size_t(is_mutable_tensor_arg<Args>))> mutable_args{};
     size_t n_mutable = 0;
@@ -204,7 +204,7 @@ struct FastKernel<Op, Composite, OutOp, OnDeviceTwin, Ret(Args...)> {
     size_t next_mutable = 0;
     Ret out = Results<Ret>::from_twin(twin_call, std::forward<Ret>(result), mutable_args,
                                       next_mutable);
-    record_call(route->counters, std::chrono::steady_clock::now() - start);
+    record_call(route->counters, op_clock::now() - start);
     return out;
   }
 };

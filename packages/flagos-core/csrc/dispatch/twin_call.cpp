@@ -73,9 +73,11 @@ at::Tensor TwinCall::to_twin(const at::Tensor& t, bool borrow) {
   return is_flagos(t) ? aliases_[alias_index(t, borrow)] : t;
 }
 
-at::Tensor& TwinCall::alias(const at::Tensor& t) {
+at::Tensor& TwinCall::alias(const at::Tensor& t, bool mutable_arg) {
   if (!is_flagos(t)) return const_cast<at::Tensor&>(t);
-  return aliases_[alias_index(t, /*borrow=*/true)];
+  size_t k = alias_index(t, /*borrow=*/true);
+  if (mutable_arg) mutable_ |= uint32_t{1} << k;
+  return aliases_[k];
 }
 
 c10::IValue TwinCall::to_twin(const c10::IValue& v, const c10::Argument& arg) {
@@ -131,16 +133,15 @@ TwinCall::KernelScope::KernelScope(const TwinCall& call) {
 void TwinCall::run(const c10::OperatorHandle& requested, torch::jit::Stack* stack) {
   const c10::OperatorHandle& op = native_equivalent(requested, stack);
   op_ = &op;
+  boxed_ = true;
   conv_layout_ = ConvLayout::predict(op, *stack);
   const auto& arguments = op.schema().arguments();
   size_t n = arguments.size();
   size_t base = stack->size() - n;
   for (size_t i = 0; i < n; ++i) (*stack)[base + i] = to_twin((*stack)[base + i], arguments[i]);
   enter();
-  {
-    KernelScope scope(*this);
-    op.redispatchBoxed(twin_keys(), stack);
-  }
+  KernelScope scope(*this);  // until the results are mapped back (adopted inside it)
+  op.redispatchBoxed(twin_keys(), stack);
   fix_mutated();
   const auto& returns = op.schema().returns();
   size_t first = stack->size() - returns.size();
@@ -158,6 +159,7 @@ void TwinCall::run(const c10::OperatorHandle& requested, torch::jit::Stack* stac
 // A kernel may resize or restride an out= alias; the caller's tensor must follow.
 void TwinCall::fix_mutated() {
   for (size_t k = 0; k < aliases_.size(); ++k) {
+    if (!boxed_ && !(mutable_ & (uint32_t{1} << k))) continue;  // a const argument
     const auto& a = aliases_[k];
     const at::Tensor& o = originals_[k].get();
     bool same_bytes = a.storage().data() == o.storage().data();

@@ -41,20 +41,23 @@ class TwinCall {
   void run(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
   // Unboxed, in this order: alias() every tensor argument; enter(); run the kernel on the
-  // aliases with twin_keys() inside a KernelScope; finish(); map the results back with
-  // original_of / from_twin. The caller's tensors are borrowed, not copied: copying a
+  // aliases with twin_keys() inside a KernelScope, which stays until the results are mapped:
+  // finish(); original_of / from_twin. The caller's tensors are borrowed, not copied: copying a
   // tensor that Python holds takes the GIL twice (torch's PyObject preservation).
-  at::Tensor& alias(const at::Tensor& t);
+  // `mutable_arg`: the kernel may write, resize or restride it (a Tensor& argument); only
+  // those are checked after the kernel (finish). Boxed calls check every argument.
+  at::Tensor& alias(const at::Tensor& t, bool mutable_arg);
   std::optional<at::Tensor> alias(const std::optional<at::Tensor>& t) {
-    return t ? std::optional<at::Tensor>(alias(*t)) : std::nullopt;
+    return t ? std::optional<at::Tensor>(alias(*t, false)) : std::nullopt;
   }
   std::optional<at::Generator> generator(const std::optional<at::Generator>& gen) const {
     return twin_generator_for(gen, device_, twin_);
   }
   void enter();
   c10::DispatchKeySet twin_keys() const;
-  // What must surround the kernel itself: on a CPU twin, its allocations come from flagos
-  // memory (aten/host_results.h).
+  // What must surround the kernel and the mapping of its results: on a CPU twin, the
+  // kernel's allocations come from flagos memory and its results are adopted without a
+  // lock inside the scope (aten/host_results.h).
   class KernelScope {
    public:
     explicit KernelScope(const TwinCall& call);
@@ -83,6 +86,8 @@ class TwinCall {
   c10::DeviceIndex device_;
   c10::DeviceType twin_;
   uint64_t devices_ = 0;  // bit d: flagos:d is involved
+  uint32_t mutable_ = 0;  // bit k: aliases_[k] is a mutable argument (unboxed calls)
+  bool boxed_ = false;    // a boxed call: every alias is checked after the kernel
   // The caller's tensor behind each alias: borrowed (unboxed calls; the caller's own
   // object, so that a Tensor& result refers to it) or owned (boxed calls, whose stack
   // slots the aliases replace).

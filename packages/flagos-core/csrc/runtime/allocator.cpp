@@ -8,6 +8,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -44,6 +45,7 @@ struct Block {
   Block* next = nullptr;
   std::unordered_set<c10::StreamId> stream_uses;  // streams from record_stream
   int pending_events = 0;
+  bool recent = false;  // parked in DevicePool::recent_ (free, kept whole)
 };
 
 struct BlockLess {
@@ -65,15 +67,18 @@ size_t segment_size(size_t size) {
   return kRoundLarge * ((size + kRoundLarge - 1) / kRoundLarge);
 }
 
-void stat_update(DeviceStats& s, c10::CachingAllocator::StatArray DeviceStats::*field, bool small,
-                 int64_t amount) {
+inline void stat_update(DeviceStats& s, c10::CachingAllocator::StatArray DeviceStats::*field,
+                        bool small, int64_t amount) {
   auto& arr = s.*field;
-  auto apply = [amount](Stat& st) {
-    if (amount >= 0) st.increase(amount);
-    else st.decrease(-amount);
-  };
-  apply(arr[static_cast<size_t>(StatType::AGGREGATE)]);
-  apply(arr[static_cast<size_t>(small ? StatType::SMALL_POOL : StatType::LARGE_POOL)]);
+  Stat& all = arr[static_cast<size_t>(StatType::AGGREGATE)];
+  Stat& pool = arr[static_cast<size_t>(small ? StatType::SMALL_POOL : StatType::LARGE_POOL)];
+  if (amount >= 0) {
+    all.increase(amount);
+    pool.increase(amount);
+  } else {
+    all.decrease(-amount);
+    pool.decrease(-amount);
+  }
 }
 
 class DevicePool {
@@ -89,11 +94,17 @@ class DevicePool {
     Block key{device_, stream, size, nullptr, false, small};
     key.ptr = nullptr;
     auto& pool = small ? small_ : large_;
-    Block* block = nullptr;
-    auto it = pool.lower_bound(&key);
-    if (it != pool.end() && (*it)->stream == stream) {
-      block = *it;
-      pool_erase(pool, block);
+    Block* block = small ? take_recent(size, stream) : nullptr;
+    for (int attempt = 0; !block && attempt < 2; ++attempt) {
+      auto it = pool.lower_bound(&key);
+      if (it != pool.end() && (*it)->stream == stream) {
+        block = *it;
+        pool_erase(pool, block);
+      } else if (attempt == 0 && n_recent_ > 0) {
+        flush_recent();  // merged, the parked blocks may make room
+      } else {
+        break;
+      }
     }
     if (!block) block = new_segment(size, small, stream, requested);
     if (!block && may_fail) return nullptr;
@@ -140,7 +151,11 @@ class DevicePool {
       insert_events(block);
       return;
     }
-    free_block(block);
+    if (block->small) {
+      park(block);
+    } else {
+      free_block(block);
+    }
   }
 
   // Pass-through mode: one HAL allocation per request, returned to the HAL on free, still
@@ -224,6 +239,7 @@ class DevicePool {
 
   void snapshot(std::vector<SegmentSnapshot>& out) {
     std::lock_guard<std::mutex> lock(mutex_);
+    flush_recent();  // segments as merged free blocks, as without the parking
     for (Block* head : segments_) {
       SegmentSnapshot seg{device_, reinterpret_cast<uintptr_t>(head->ptr), 0, 0, head->stream, {}};
       for (Block* b = head; b; b = b->next) {
@@ -269,10 +285,67 @@ class DevicePool {
   void free_block(Block* block) {
     stat_update(stats_, &DeviceStats::active, block->small, -1);
     stat_update(stats_, &DeviceStats::active_bytes, block->small, -int64_t(block->size));
+    merge_into_pool(block);
+  }
+
+  // Small ops free a result and allocate one of the same size right after, over and over:
+  // a freed small block is parked whole, and an exact-size request on its stream takes it
+  // back without the split, the merges and the pool updates in between. It counts as a
+  // free block meanwhile (inactive, an inactive split where it has neighbours); at most
+  // kRecent are parked, and whatever needs merged blocks (a request nothing fits,
+  // empty_cache, a snapshot) merges them first.
+  void park(Block* block) {
+    stat_update(stats_, &DeviceStats::active, true, -1);
+    stat_update(stats_, &DeviceStats::active_bytes, true, -int64_t(block->size));
+    // Marked first: merging the evicted block below must not take this one in.
+    block->recent = true;
+    if (block->prev || block->next) {
+      stat_update(stats_, &DeviceStats::inactive_split, true, 1);
+      stat_update(stats_, &DeviceStats::inactive_split_bytes, true, block->size);
+    }
+    if (n_recent_ == kRecent) {
+      Block* oldest = recent_[0];
+      std::move(recent_.begin() + 1, recent_.end(), recent_.begin());
+      --n_recent_;
+      unpark(oldest);
+      merge_into_pool(oldest);
+    }
+    recent_[n_recent_++] = block;
+  }
+
+  void unpark(Block* block) {
+    block->recent = false;
+    if (block->prev || block->next) {
+      stat_update(stats_, &DeviceStats::inactive_split, true, -1);
+      stat_update(stats_, &DeviceStats::inactive_split_bytes, true, -int64_t(block->size));
+    }
+  }
+
+  Block* take_recent(size_t size, c10::StreamId stream) {
+    for (size_t i = n_recent_; i-- > 0;) {  // newest first
+      Block* b = recent_[i];
+      if (b->size != size || b->stream != stream) continue;
+      std::move(recent_.begin() + i + 1, recent_.begin() + n_recent_, recent_.begin() + i);
+      --n_recent_;
+      unpark(b);
+      return b;
+    }
+    return nullptr;
+  }
+
+  void flush_recent() {
+    for (size_t i = 0; i < n_recent_; ++i) {
+      unpark(recent_[i]);
+      merge_into_pool(recent_[i]);
+    }
+    n_recent_ = 0;
+  }
+
+  void merge_into_pool(Block* block) {
     auto& pool = block->small ? small_ : large_;
     // Merge with free neighbours of the same segment.
     for (Block* nb : {block->prev, block->next}) {
-      if (!nb || nb->allocated || nb->pending_events > 0) continue;
+      if (!nb || nb->allocated || nb->pending_events > 0 || nb->recent) continue;
       pool_erase(pool, nb);
       if (nb == block->prev) {
         nb->size += block->size;
@@ -322,6 +395,7 @@ class DevicePool {
     // Deferred frees and queued work must finish before memory goes back to the HAL.
     FLAGOS_HAL_CHECK(*d.lib->table, d.lib->table->device_synchronize(d.local_index));
     process_events();
+    flush_recent();
     for (auto* pool : {&small_, &large_}) {
       for (auto it = pool->begin(); it != pool->end();) {
         Block* b = *it;
@@ -384,6 +458,9 @@ class DevicePool {
   std::set<Block*, BlockLess> small_, large_;
   std::set<Block*> segments_;  // first block of each segment
   std::vector<std::pair<flagos_event_t, Block*>> pending_;
+  static constexpr size_t kRecent = 16;
+  std::array<Block*, kRecent> recent_{};  // parked small blocks, oldest first
+  size_t n_recent_ = 0;
   std::unordered_map<void*, std::pair<size_t, size_t>> passthrough_sizes_;  // (size, requested)
   DeviceStats stats_;
 };
