@@ -34,10 +34,11 @@ class HostResultsOnFlagos {
   c10::DeviceIndex previous_;
 };
 
-// `t` (a CPU tensor) as a flagos tensor on the same bytes, when its storage was allocated
-// in a HostResultsOnFlagos scope and nothing else holds `t` or its storage (`t` itself must
-// be the only reference: pass the stack's tensor, not a copy); the CPU tensor is left
-// without data. nullopt otherwise, and for conj/neg views (the caller copies).
-std::optional<at::Tensor> adopt_as_flagos(const at::Tensor& t);
+// `t` (a CPU tensor) made a flagos tensor of flagos:`device` in place, same bytes, when
+// its storage was allocated in a HostResultsOnFlagos scope and nothing else holds `t` or
+// its storage (`t` itself must be the only reference: pass the kernel's result, not a
+// copy); returns it. nullopt otherwise (`t` untouched), and for conj/neg views (the
+// caller copies).
+std::optional<at::Tensor> adopt_as_flagos(const at::Tensor& t, c10::DeviceIndex device);
 
 }  // namespace flagos

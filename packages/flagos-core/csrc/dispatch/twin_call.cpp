@@ -216,7 +216,7 @@ at::Tensor TwinCall::from_twin(const at::Tensor& t, const std::vector<int64_t>* 
   // A fresh result: it becomes flagos memory, counted by the flagos allocator. A CPU
   // kernel's result already is (see host_results.h) unless something else holds it.
   if (twin_ == c10::DeviceType::CPU) {
-    if (auto adopted = adopt_as_flagos(t)) {
+    if (auto adopted = adopt_as_flagos(t, device_)) {
       if (!want || adopted->strides().equals(*want)) return *adopted;
       at::Tensor out = at::empty_strided(t.sizes(), *want, adopted->options());
       out.copy_(*adopted);

@@ -43,6 +43,8 @@ void init_hals(const std::vector<std::string>& paths) {
   g_devices = std::move(devices);
   g_paths = paths;
   g_initialized = true;
+  detail::g_device_table = g_devices.data();
+  if (!in_forked_child()) detail::g_usable_devices.store(int(g_devices.size()));
 }
 
 bool hals_initialized() { return g_initialized; }
@@ -50,7 +52,11 @@ const std::vector<flagos_hal::Library>& loaded_hals() { return g_hals; }
 
 c10::DeviceIndex device_count() noexcept { return static_cast<c10::DeviceIndex>(g_devices.size()); }
 
-const HalDevice& hal_device(c10::DeviceIndex index) {
+namespace detail {
+const HalDevice* g_device_table = nullptr;
+std::atomic<int> g_usable_devices{0};
+
+const HalDevice& hal_device_checked(c10::DeviceIndex index) {
   TORCH_CHECK(!in_forked_child(),
               "flagos: cannot use flagos devices in a forked subprocess (the device runtime does "
               "not survive fork). Use the 'spawn' multiprocessing start method");
@@ -59,8 +65,10 @@ const HalDevice& hal_device(c10::DeviceIndex index) {
               " (", int(device_count()), " flagos device(s) available)");
   return g_devices[index];
 }
+}  // namespace detail
 
-const flagos_hal_table_t& hal_of(c10::DeviceIndex index) { return *hal_device(index).lib->table; }
+void disable_devices_after_fork() { detail::g_usable_devices.store(0); }
+
 
 flagos_native_device_t native_device_of(c10::DeviceIndex index) {
   flagos_native_device_t kind = FLAGOS_NATIVE_NONE;

@@ -5,6 +5,7 @@
 #include <c10/core/Device.h>
 #include <c10/util/Exception.h>
 
+#include <atomic>
 #include <string>
 #include <vector>
 
@@ -25,8 +26,27 @@ bool hals_initialized();
 const std::vector<flagos_hal::Library>& loaded_hals();
 
 c10::DeviceIndex device_count() noexcept;
-const HalDevice& hal_device(c10::DeviceIndex index);  // checks the range
-const flagos_hal_table_t& hal_of(c10::DeviceIndex index);
+
+namespace detail {
+// Set once by init_hals and cleared in a forked child: the hot path's whole check.
+extern const HalDevice* g_device_table;
+extern std::atomic<int> g_usable_devices;
+const HalDevice& hal_device_checked(c10::DeviceIndex index);  // raises what is wrong
+}  // namespace detail
+
+// The device behind a flagos index; raises a clear error for a bad index, before any HAL
+// is loaded, and in a forked child. Called several times per op, hence inline.
+inline const HalDevice& hal_device(c10::DeviceIndex index) {
+  if (C10_LIKELY(index >= 0 && index < detail::g_usable_devices.load(std::memory_order_acquire))) {
+    return detail::g_device_table[index];
+  }
+  return detail::hal_device_checked(index);
+}
+// Forked children must not touch the parent's devices (see hooks.cpp).
+void disable_devices_after_fork();
+inline const flagos_hal_table_t& hal_of(c10::DeviceIndex index) {
+  return *hal_device(index).lib->table;
+}
 flagos_native_device_t native_device_of(c10::DeviceIndex index);
 
 // Thread-local current flagos device (the HAL's own current device is set too).

@@ -72,7 +72,10 @@ struct FlagosHooks final : public at::PrivateUse1HooksInterface {
   }
 };
 
-void mark_forked_child() { g_in_forked_child.store(true); }
+void mark_forked_child() {
+  g_in_forked_child.store(true);
+  disable_devices_after_fork();
+}
 
 }  // namespace
 
