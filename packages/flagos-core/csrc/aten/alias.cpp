@@ -167,8 +167,6 @@ at::Tensor flagos_view_of(const at::Tensor& original, const at::Tensor& view) {
   return out;
 }
 
-void sync_for_host_access(c10::DeviceIndex device) {
-  synchronize_stream(current_stream(device));
-}
+void sync_for_host_access(c10::DeviceIndex device) { synchronize_current_stream(device); }
 
 }  // namespace flagos
