@@ -25,6 +25,7 @@ def test_cpp_kernels_on_flagos_tensors(sim_twin) -> None:
     assert "async_compile.cpp_pybinding" in code
     assert 'extern "C"' in code
     assert "device='flagos:0'" in code
+    assert "from flagos._C import _sync_for_host_access as flagos_host_sync" in code
     assert "flagos_host_sync(0)" in code
     assert "extern_kernels.mm" in code  # the matmul: an ATen call, routed by flagos
     assert "triton" not in code.lower().replace("triton_meta", "")

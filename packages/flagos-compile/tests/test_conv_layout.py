@@ -62,16 +62,20 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
 @pytest.mark.parametrize("case", list(CASES))
-def test_eager_convolution_strides_match_the_fake_kernel(case: str) -> None:
+def test_eager_convolution_strides_match_the_fake_kernel(case: str, bias: bool) -> None:
     xs, ws, xf, wf, transposed = CASES[case]
     x, w = torch.randn(xs), torch.randn(ws)
     if xf is not None:
         x = x.to(memory_format=xf)
     if wf is not None:
         w = w.to(memory_format=wf)
-    b = torch.randn(ws[1] if transposed else ws[0])
-    fx, fw, fb = x.to("flagos"), w.to("flagos"), b.to("flagos")
+    # Without bias: what Inductor's extern convolutions pass (bias=None), and what reaches
+    # the overrideable hook as an undefined tensor.
+    b = torch.randn(ws[1] if transposed else ws[0]) if bias else None
+    fx, fw = x.to("flagos"), w.to("flagos")
+    fb = b.to("flagos") if bias else None
 
     out = _conv(fx, fw, fb, 1, 1, transposed)
     assert _strides(out) == _strides(_fake(_conv, fx, fw, fb, 1, 1, transposed))

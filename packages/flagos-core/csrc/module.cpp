@@ -90,6 +90,15 @@ PYBIND11_MODULE(_C, m) {
     const auto& hd = hal_device(d);
     FLAGOS_HAL_CHECK(*hd.lib->table, hd.lib->table->device_synchronize(hd.local_index));
   });
+  // What a host (C++) kernel of compiled code waits for before it touches flagos:d memory,
+  // as the twin engine does before each op: the current stream's queued work. An idle
+  // stream, the usual case, is answered without letting go of the GIL.
+  m.def("_sync_for_host_access", [](int d) {
+    auto device = static_cast<c10::DeviceIndex>(d);
+    if (flagos::query_stream(flagos::current_stream(device))) return;
+    py::gil_scoped_release nogil;
+    flagos::sync_for_host_access(device);
+  });
   m.def("_mem_get_info", [](int d) {
     return flagos::device_allocator()->getMemoryInfo(static_cast<c10::DeviceIndex>(d));
   });

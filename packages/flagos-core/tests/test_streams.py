@@ -205,3 +205,20 @@ def test_event_on_other_device_rejected(two_devices):
     e.record(F.Stream(device=0))
     with pytest.raises(RuntimeError):
         e.record(F.Stream(device=1))
+
+
+def test_host_access_sync_waits_for_the_current_stream(device0, sim_only):
+    """What compiled host kernels call before touching flagos memory (flagos_compile):
+    the current stream's queued copy is done when it returns; an idle stream returns at once."""
+    from flagos import _C
+
+    s = F.Stream()
+    src = _pinned(256 * MiB, 7)
+    dst = torch.empty(256 * MiB, dtype=torch.uint8, device="flagos")
+    with F.stream(s):
+        dst.copy_(src, non_blocking=True)
+        assert not s.query()
+        _C._sync_for_host_access(0)
+        assert s.query()
+        _C._sync_for_host_access(0)  # idle: nothing to wait for
+    assert int(dst[-1]) == 7

@@ -114,8 +114,9 @@ class _FlagosWrapperMixin:
                                      **kwargs: Any) -> None:
         device = device or V.graph.get_current_device_or_throw()
         if not triton and device.type == "flagos":
-            # A C++ kernel on a host-memory device: wait for the device's queued copies
-            # and fills, then call it with the flagos tensors (their data_ptr()s).
+            # A C++ kernel on a host-memory device: wait for the current stream's queued
+            # copies and fills (a C++ call that returns at once when it is idle), then
+            # call it with the flagos tensors (their data_ptr()s).
             self.write_flagos_sync_header_once()
             index = device.index if device.index is not None else 0
             self.writeline(f"{SYNC_HELPER}({index})")
@@ -125,7 +126,7 @@ class _FlagosWrapperMixin:
             kernel_name, call_args, device=device, triton=triton, **kwargs)
 
     def write_flagos_sync_header_once(self) -> None:
-        line = f"from torch.flagos import synchronize as {SYNC_HELPER}"
+        line = f"from flagos._C import _sync_for_host_access as {SYNC_HELPER}"
         root = self
         while isinstance(root, SubgraphPythonWrapperCodegen):
             root = root.parent_wrapper

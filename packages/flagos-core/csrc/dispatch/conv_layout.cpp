@@ -101,10 +101,15 @@ std::optional<ConvLayout> ConvLayout::predict(const c10::OperatorHandle& op,
   std::optional<at::Tensor> bias;
   std::optional<std::vector<int64_t>> bias_sizes;
   const auto& b = arg(off + 2);
+  // No bias comes as None or, from _convolution's overrideable hook, as an undefined
+  // tensor (a convolution without bias: every one Inductor emits, ResNet's).
   if (!b.isNone()) {
     if (backward && b.isIntList()) bias_sizes = b.toIntVector();
-    else if (!backward && b.isTensor()) bias = b.toTensor();
-    else return std::nullopt;
+    else if (!backward && b.isTensor()) {
+      if (b.toTensor().defined()) bias = b.toTensor();
+    } else {
+      return std::nullopt;
+    }
   }
   for (size_t k : {off + 3, off + 4, off + 5, off + 7}) {
     if (!arg(k).isIntList()) return std::nullopt;
