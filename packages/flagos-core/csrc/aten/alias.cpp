@@ -128,8 +128,8 @@ bool reusable(const at::Tensor& cached, const at::Tensor& t, c10::Device twin) {
   const c10::Storage& s = t.storage();
   return a.data_ptr().get_context() == s.unsafeGetStorageImpl() && a.data() == s.data() &&
          a.nbytes() == s.nbytes() && cached.device() == twin && cached.dtype() == t.dtype() &&
-         cached.storage_offset() == t.storage_offset() && cached.sizes().equals(t.sizes()) &&
-         cached.strides().equals(t.strides()) && !cached.is_conj() && !cached.is_neg() &&
+         cached.storage_offset() == t.storage_offset() && same_ints(cached.sizes(), t.sizes()) &&
+         same_ints(cached.strides(), t.strides()) && !cached.is_conj() && !cached.is_neg() &&
          cached.unsafeGetTensorImpl()->is_wrapped_number() ==
              t.unsafeGetTensorImpl()->is_wrapped_number();
 }

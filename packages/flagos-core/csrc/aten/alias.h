@@ -14,6 +14,16 @@ inline bool is_flagos(const at::Tensor& t) {
   return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
 }
 
+// a == b for the few sizes or strides of a tensor. Inline: a memcmp call per field is a
+// measurable share of the checks that run for every argument of every routed op.
+inline bool same_ints(c10::IntArrayRef a, c10::IntArrayRef b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i] != b[i]) return false;
+  }
+  return true;
+}
+
 // The twin device type of a flagos device, or nullopt when its memory is opaque.
 std::optional<c10::DeviceType> twin_device_type(c10::DeviceIndex device);
 // The index of the twin device (cuda:N) of a flagos device, or -1 (CPU twin or none).

@@ -109,8 +109,8 @@ c10::IValue TwinCall::to_twin(const c10::IValue& v, const c10::Argument& arg) {
 void TwinCall::enter() {
   devices_ |= uint64_t{1} << device_;
   if (twin_ == c10::DeviceType::CPU) {
-    for (c10::DeviceIndex d = 0; d < 64; ++d) {
-      if (devices_ & (uint64_t{1} << d)) sync_for_host_access(d);
+    for (uint64_t left = devices_; left != 0; left &= left - 1) {  // the set bits only
+      sync_for_host_access(static_cast<c10::DeviceIndex>(__builtin_ctzll(left)));
     }
   } else {
     on_flagos_stream_.emplace(c10::Device(twin_, twin_index(device_)), current_stream(device_));
@@ -163,7 +163,7 @@ void TwinCall::fix_mutated() {
     const auto& a = aliases_[k];
     const at::Tensor& o = originals_[k].get();
     bool same_bytes = a.storage().data() == o.storage().data();
-    bool same_geometry = a.sizes().equals(o.sizes()) && a.strides().equals(o.strides()) &&
+    bool same_geometry = same_ints(a.sizes(), o.sizes()) && same_ints(a.strides(), o.strides()) &&
                          a.storage_offset() == o.storage_offset();
     if (same_bytes && same_geometry) continue;
     if (same_bytes && a.storage().nbytes() <= o.storage().nbytes()) {

@@ -120,6 +120,7 @@ struct Registry {
   std::unordered_map<const void*, std::shared_ptr<Stream>> streams;
   std::unordered_map<const void*, std::shared_ptr<Event>> events;
   std::unordered_map<int, std::shared_ptr<Stream>> defaults;
+  std::atomic<uint64_t> destroyed{0};  // streams destroyed so far (see live_stream)
 };
 Registry& registry() {
   static auto* r = new Registry;
@@ -141,6 +142,26 @@ std::shared_ptr<Event> find_event(flagos_event_t e) {
 flagos_status_t bad_stream(const char* fn) {
   return fail(FLAGOS_ERROR_INVALID_HANDLE, std::string(fn) + ": unknown or destroyed stream");
 }
+// The stream behind a handle, for the calls made around every op (query, synchronize,
+// async work): the last handle a thread used is answered from a per-thread cache, without
+// the registry's lock, until any stream is destroyed. VENDOR: keep handle validation off
+// the lock on the hot path, as here; a mutex per call is a measurable share of a small op.
+Stream* live_stream(flagos_stream_t handle) {
+  thread_local struct {
+    flagos_stream_t handle = nullptr;
+    uint64_t destroyed = 0;
+    std::shared_ptr<Stream> stream;  // keeps a destroyed stream's object, not its use
+  } cache;
+  uint64_t destroyed = registry().destroyed.load(std::memory_order_acquire);
+  if (cache.stream && cache.handle == handle && cache.destroyed == destroyed) {
+    return cache.stream.get();
+  }
+  cache.stream = find_stream(handle);
+  cache.handle = handle;
+  cache.destroyed = destroyed;
+  return cache.stream.get();
+}
+
 flagos_status_t bad_event(const char* fn) {
   return fail(FLAGOS_ERROR_INVALID_HANDLE, std::string(fn) + ": unknown or destroyed event");
 }
@@ -158,7 +179,7 @@ std::shared_ptr<Stream> default_stream(int device) {
 }  // namespace
 
 flagos_status_t submit(flagos_stream_t stream, Task task) {
-  auto s = find_stream(stream);
+  Stream* s = live_stream(stream);
   if (!s) return bad_stream("async call");
   s->push(std::move(task));
   return FLAGOS_SUCCESS;
@@ -224,19 +245,20 @@ flagos_status_t stream_destroy(flagos_stream_t stream) {
     }
     s = std::move(it->second);
     registry().streams.erase(it);
+    registry().destroyed.fetch_add(1, std::memory_order_acq_rel);
   }
   s->stop();  // the worker drains the queue first
   return FLAGOS_SUCCESS;
 }
 
 flagos_status_t stream_query(flagos_stream_t stream) {
-  auto s = find_stream(stream);
+  Stream* s = live_stream(stream);
   if (!s) return bad_stream("stream_query");
   return s->is_idle() ? FLAGOS_SUCCESS : FLAGOS_ERROR_NOT_READY;
 }
 
 flagos_status_t stream_synchronize(flagos_stream_t stream) {
-  auto s = find_stream(stream);
+  Stream* s = live_stream(stream);
   if (!s) return bad_stream("stream_synchronize");
   s->synchronize();
   return FLAGOS_SUCCESS;
