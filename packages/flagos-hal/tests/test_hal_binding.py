@@ -75,6 +75,16 @@ def test_bogus_handles_are_errors_not_crashes(hal):
     s = hal.stream_create(0)
     hal.stream_destroy(s)
     assert hal.raw("stream_query", s) == Status.INVALID_HANDLE
+    # A stream used right before its destruction (the sim answers the last stream a thread
+    # used from a per-thread cache) is refused after it too, and another one still works.
+    s, other = hal.stream_create(0), hal.stream_create(0)
+    assert hal.stream_query(s)
+    hal.stream_synchronize(s)
+    hal.stream_destroy(s)
+    for fn in ("stream_query", "stream_synchronize"):
+        assert hal.raw(fn, s) == Status.INVALID_HANDLE, fn
+    assert hal.stream_query(other)
+    hal.stream_destroy(other)
 
 
 def test_async_work_really_is_asynchronous(hal):
