@@ -13,7 +13,6 @@
 namespace flagos {
 namespace {
 
-thread_local c10::DeviceIndex t_device = -1;
 
 // The flagos allocations handed out as CPU memory, by address. ideep allocates through
 // raw_allocate, which needs the context to be the data pointer, so the flagos DataPtr
@@ -28,7 +27,12 @@ struct Pending {
   c10::DataPtr flagos;
 };
 constexpr size_t kLocal = 8;
-thread_local c10::SmallVector<Pending, kLocal> t_local;
+// One thread_local for both (each lookup of one from a shared library is a call).
+struct ThreadState {
+  c10::DeviceIndex device = -1;  // the active scope's device, -1 outside scopes
+  c10::SmallVector<Pending, kLocal> local;
+};
+thread_local ThreadState t_state;
 
 std::mutex g_mutex;
 std::unordered_map<void*, c10::DataPtr>& shared() {
@@ -44,10 +48,11 @@ void to_shared(Pending&& p) {
 c10::Allocator* g_base = nullptr;  // the CPU allocator outside scopes
 
 std::optional<c10::DataPtr> take(void* ptr) {
-  for (size_t i = t_local.size(); i-- > 0;) {  // newest first: results are taken soon
-    if (t_local[i].ptr == ptr) {
-      c10::DataPtr dp = std::move(t_local[i].flagos);
-      t_local.erase(t_local.begin() + i);
+  auto& local = t_state.local;
+  for (size_t i = local.size(); i-- > 0;) {  // newest first: results are taken soon
+    if (local[i].ptr == ptr) {
+      c10::DataPtr dp = std::move(local[i].flagos);
+      local.erase(local.begin() + i);
       return dp;
     }
   }
@@ -68,17 +73,18 @@ void raw_delete(void* ptr) {
 class HostResultsAllocator final : public c10::Allocator {
  public:
   c10::DataPtr allocate(size_t n) override {
-    if (t_device < 0 || n == 0) return g_base->allocate(n);
+    ThreadState& st = t_state;
+    if (st.device < 0 || n == 0) return g_base->allocate(n);
     // Kernels also allocate temporaries here (a sum's upcast copy): where flagos memory
     // is short they take CPU memory, as they would without the scope, rather than fail.
-    c10::DataPtr flagos = try_allocate_on_device(t_device, n);
+    c10::DataPtr flagos = try_allocate_on_device(st.device, n);
     if (!flagos) return g_base->allocate(n);
     void* ptr = flagos.get();
-    if (t_local.size() == kLocal) {
-      to_shared(std::move(t_local.front()));
-      t_local.erase(t_local.begin());
+    if (st.local.size() == kLocal) {
+      to_shared(std::move(st.local.front()));
+      st.local.erase(st.local.begin());
     }
-    t_local.push_back(Pending{ptr, std::move(flagos)});
+    st.local.push_back(Pending{ptr, std::move(flagos)});
     return c10::DataPtr(ptr, ptr, &delete_host_result, c10::Device(c10::DeviceType::CPU));
   }
   c10::DeleterFnPtr raw_deleter() const override { return &raw_delete; }
@@ -101,15 +107,16 @@ bool install_host_results_allocator() {
   return installed;
 }
 
-HostResultsOnFlagos::HostResultsOnFlagos(c10::DeviceIndex device) : previous_(t_device) {
-  t_device = device;
+HostResultsOnFlagos::HostResultsOnFlagos(c10::DeviceIndex device) : previous_(t_state.device) {
+  t_state.device = device;
 }
 
 HostResultsOnFlagos::~HostResultsOnFlagos() {
-  t_device = previous_;
+  ThreadState& st = t_state;
+  st.device = previous_;
   if (previous_ >= 0) return;  // an outer scope is still active on this thread
-  for (auto& p : t_local) to_shared(std::move(p));
-  t_local.clear();
+  for (auto& p : st.local) to_shared(std::move(p));
+  st.local.clear();
 }
 
 std::optional<at::Tensor> adopt_as_flagos(const at::Tensor& t, c10::DeviceIndex device) {
