@@ -40,6 +40,8 @@ struct Route {
   std::optional<c10::DeviceType> twin;
 };
 
+}  // namespace
+
 // Per operator. Routes are published through atomic raw pointers (one load on the hot
 // path, no lock); replaced routes are kept in `retired` until the process ends, since a
 // concurrent call may still be walking one (re-resolution happens only when the table
@@ -51,6 +53,8 @@ struct OpState {
   std::array<std::atomic<const Route*>, 64> routes{};
   std::vector<std::unique_ptr<const Route>> retired;
 };
+
+namespace {
 
 std::atomic<uint64_t> g_version{1};
 std::shared_mutex g_providers_mutex;
@@ -192,10 +196,18 @@ void run_routed(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::
   TORCH_CHECK(false, "flagos: no provider accepted ", st.name);
 }
 
-std::optional<TwinRoute> twin_route(const c10::OperatorHandle& op, c10::DeviceIndex device) {
-  const Route* route = current_route(op_state(op), device);
+OpState& routing_state(const c10::OperatorHandle& op) {
+  return op_state_slow(op, &op.operator_name());
+}
+
+std::optional<TwinRoute> twin_route(OpState& st, c10::DeviceIndex device) {
+  const Route* route = current_route(st, device);
   if (!route->twin) return std::nullopt;
   return TwinRoute{*route->twin, route->counters.front(), route->chain.front().get()};
+}
+
+std::optional<TwinRoute> twin_route(const c10::OperatorHandle& op, c10::DeviceIndex device) {
+  return twin_route(op_state(op), device);
 }
 
 void record_call(RouteCounters* counters, uint64_t ticks) {

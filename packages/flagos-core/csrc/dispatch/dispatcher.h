@@ -61,6 +61,11 @@ struct TwinRoute {
   }
 };
 std::optional<TwinRoute> twin_route(const c10::OperatorHandle& op, c10::DeviceIndex device);
+// The same for callers with a fixed op (the fast kernels): its routing state, which lives
+// as long as the process, looked up once; twin_route on it skips the per-call lookup.
+struct OpState;
+OpState& routing_state(const c10::OperatorHandle& op);
+std::optional<TwinRoute> twin_route(OpState& st, c10::DeviceIndex device);
 // `ticks`: op_clock ticks the call took (op_clock.h).
 void record_call(RouteCounters* counters, uint64_t ticks);
 

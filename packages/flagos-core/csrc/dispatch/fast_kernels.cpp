@@ -150,14 +150,15 @@ struct FastKernel<Op, Composite, OutOp, OnDeviceTwin, Ret(Args...)> {
     (note_device(device, args), ...);
     const c10::OperatorHandle& op = handle();
     std::optional<TwinRoute> route;
-    if (device && (on_device(args, *device) && ...)) route = twin_route(op, *device);
+    static OpState& routing = routing_state(op);
+    if (device && (on_device(args, *device) && ...)) route = twin_route(routing, *device);
     if constexpr (!std::is_void_v<OutOp>) {
       // Without this kernel the op would reach the dispatcher as its out= form (through the
       // composite): a route for that form (a provider serving only add.out) must still see it.
       if (route) {
-        static const c10::OperatorHandle out_op =
-            c10::Dispatcher::singleton().findSchemaOrThrow(OutOp::name, OutOp::overload_name);
-        if (!route->same_as(twin_route(out_op, *device))) route.reset();
+        static OpState& out_routing = routing_state(c10::Dispatcher::singleton().findSchemaOrThrow(
+            OutOp::name, OutOp::overload_name));
+        if (!route->same_as(twin_route(out_routing, *device))) route.reset();
       }
     }
     // On a device twin (CUDA) the twin's functional kernel would allocate its result
