@@ -7,12 +7,13 @@
 #include <mutex>
 #include <typeinfo>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "runtime/allocator.h"
+#include "runtime/hal.h"
 
 namespace flagos {
 namespace {
-
 
 // The flagos allocations handed out as CPU memory, by address. ideep allocates through
 // raw_allocate, which needs the context to be the data pointer, so the flagos DataPtr
@@ -22,15 +23,23 @@ namespace {
 // results and temporaries are freed or adopted by the thread that runs it, inside the
 // scope. What is still there when the outermost scope ends (a result something else
 // holds), or does not fit in the list, moves to the shared map, where any thread finds it.
+// Should another thread free one while it is in its owner's list (nothing in torch does,
+// but nothing forbids it), the address is noted as an orphan and the owner frees the
+// block when its scope ends.
 struct Pending {
   void* ptr;
   c10::DataPtr flagos;
 };
 constexpr size_t kLocal = 8;
 // One thread_local for both (each lookup of one from a shared library is a call).
+// Set when this thread's ThreadState is destroyed, at thread exit: other thread_locals'
+// destructors (the alias cache's) may still free host results after it. Trivially
+// destructible, so it stays readable until the thread is gone.
+thread_local bool t_state_gone = false;
 struct ThreadState {
   c10::DeviceIndex device = -1;  // the active scope's device, -1 outside scopes
   c10::SmallVector<Pending, kLocal> local;
+  ~ThreadState() { t_state_gone = true; }
 };
 thread_local ThreadState t_state;
 
@@ -40,20 +49,60 @@ std::unordered_map<void*, c10::DataPtr>& shared() {
   return *m;
 }
 
+// Addresses freed on the CPU side by a thread that did not find them (see above).
+std::unordered_set<void*>& orphans() {
+  static auto* s = new std::unordered_set<void*>();  // leaked, as shared()
+  return *s;
+}
+
 void to_shared(Pending&& p) {
+  c10::DataPtr released;  // freed after the lock: the flagos allocator takes its own
   std::lock_guard<std::mutex> lock(g_mutex);
-  shared().emplace(p.ptr, std::move(p.flagos));
+  if (orphans().erase(p.ptr)) {
+    released = std::move(p.flagos);
+  } else {
+    shared().emplace(p.ptr, std::move(p.flagos));
+  }
+}
+
+// `ptr` was freed on the CPU side and is in another thread's list, or was moved from it
+// to the shared map since this thread looked.
+void free_elsewhere(void* ptr) {
+  c10::DataPtr released;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  auto it = shared().find(ptr);
+  if (it == shared().end()) {
+    orphans().insert(ptr);
+    return;
+  }
+  released = std::move(it->second);
+  shared().erase(it);
+}
+
+// Whether `ptr` lies in a flagos device's memory (the HALs' answer).
+bool is_device_memory(void* ptr) {
+  for (c10::DeviceIndex i = 0; i < device_count(); ++i) {
+    const auto& d = hal_device(i);
+    flagos_pointer_attributes_t attr{};
+    if (d.lib->table->pointer_get_attributes(ptr, &attr) == FLAGOS_SUCCESS &&
+        attr.type == FLAGOS_POINTER_DEVICE) {
+      return true;
+    }
+  }
+  return false;
 }
 
 c10::Allocator* g_base = nullptr;  // the CPU allocator outside scopes
 
 std::optional<c10::DataPtr> take(void* ptr) {
-  auto& local = t_state.local;
-  for (size_t i = local.size(); i-- > 0;) {  // newest first: results are taken soon
-    if (local[i].ptr == ptr) {
-      c10::DataPtr dp = std::move(local[i].flagos);
-      local.erase(local.begin() + i);
-      return dp;
+  if (!t_state_gone) {
+    auto& local = t_state.local;
+    for (size_t i = local.size(); i-- > 0;) {  // newest first: results are taken soon
+      if (local[i].ptr == ptr) {
+        c10::DataPtr dp = std::move(local[i].flagos);
+        local.erase(local.begin() + i);
+        return dp;
+      }
     }
   }
   std::lock_guard<std::mutex> lock(g_mutex);
@@ -64,10 +113,18 @@ std::optional<c10::DataPtr> take(void* ptr) {
   return dp;
 }
 
-void delete_host_result(void* ptr) { take(ptr); }  // the flagos DataPtr frees on scope exit
+void delete_host_result(void* ptr) {
+  if (!take(ptr)) free_elsewhere(ptr);  // a taken DataPtr frees the block as it goes
+}
 
+// The raw deleter serves every raw CPU allocation (ideep's), flagos-backed or not.
 void raw_delete(void* ptr) {
-  if (!take(ptr)) g_base->raw_deleter()(ptr);
+  if (take(ptr)) return;
+  if (is_device_memory(ptr)) {
+    free_elsewhere(ptr);
+  } else {
+    g_base->raw_deleter()(ptr);
+  }
 }
 
 class HostResultsAllocator final : public c10::Allocator {
