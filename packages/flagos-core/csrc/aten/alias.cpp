@@ -111,12 +111,7 @@ at::Tensor make_alias(const at::Tensor& t, c10::Device twin, bool owning) {
   c10::Allocator* twin_alloc = c10::GetAllocator(twin.type());
   c10::Storage alias_storage(c10::Storage::use_byte_size_t(), storage.sym_nbytes(), std::move(dp),
                              twin_alloc, /*resizable=*/true);
-  auto key = c10::computeDispatchKey(t.scalar_type(), t.layout(), twin);
-  auto out = at::detail::make_tensor<c10::TensorImpl>(std::move(alias_storage),
-                                                      c10::DispatchKeySet(key), t.dtype());
-  out.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
-  if (t.unsafeGetTensorImpl()->is_wrapped_number()) out.unsafeGetTensorImpl()->set_wrapped_number(true);
-  return out;
+  return alias_on(alias_storage, t);
 }
 
 // Whether `cached` is an exact alias of `t` on `twin`, held by nobody but the cache.
@@ -167,6 +162,8 @@ at::Tensor flagos_view_of(const at::Tensor& original, const at::Tensor& view) {
   return out;
 }
 
-void sync_for_host_access(c10::DeviceIndex device) { synchronize_current_stream(device); }
+void sync_for_host_access(c10::DeviceIndex device) {
+  synchronize_stream(current_stream(device));
+}
 
 }  // namespace flagos

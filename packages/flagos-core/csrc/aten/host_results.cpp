@@ -31,11 +31,12 @@ struct Pending {
   c10::DataPtr flagos;
 };
 constexpr size_t kLocal = 8;
-// One thread_local for both (each lookup of one from a shared library is a call).
 // Set when this thread's ThreadState is destroyed, at thread exit: other thread_locals'
 // destructors (the alias cache's) may still free host results after it. Trivially
 // destructible, so it stays readable until the thread is gone.
 thread_local bool t_state_gone = false;
+// The scope's device and the list in one thread_local (each lookup of one from a shared
+// library is a call).
 struct ThreadState {
   c10::DeviceIndex device = -1;  // the active scope's device, -1 outside scopes
   c10::SmallVector<Pending, kLocal> local;
@@ -79,19 +80,6 @@ void free_elsewhere(void* ptr) {
   shared().erase(it);
 }
 
-// Whether `ptr` lies in a flagos device's memory (the HALs' answer).
-bool is_device_memory(void* ptr) {
-  for (c10::DeviceIndex i = 0; i < device_count(); ++i) {
-    const auto& d = hal_device(i);
-    flagos_pointer_attributes_t attr{};
-    if (d.lib->table->pointer_get_attributes(ptr, &attr) == FLAGOS_SUCCESS &&
-        attr.type == FLAGOS_POINTER_DEVICE) {
-      return true;
-    }
-  }
-  return false;
-}
-
 c10::Allocator* g_base = nullptr;  // the CPU allocator outside scopes
 
 std::optional<c10::DataPtr> take(void* ptr) {
@@ -120,7 +108,7 @@ void delete_host_result(void* ptr) {
 // The raw deleter serves every raw CPU allocation (ideep's), flagos-backed or not.
 void raw_delete(void* ptr) {
   if (take(ptr)) return;
-  if (is_device_memory(ptr)) {
+  if (device_of_pointer(ptr)) {
     free_elsewhere(ptr);
   } else {
     g_base->raw_deleter()(ptr);

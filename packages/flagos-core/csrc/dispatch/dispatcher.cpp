@@ -206,10 +206,6 @@ std::optional<TwinRoute> twin_route(OpState& st, c10::DeviceIndex device) {
   return TwinRoute{*route->twin, route->counters.front(), route->chain.front().get()};
 }
 
-std::optional<TwinRoute> twin_route(const c10::OperatorHandle& op, c10::DeviceIndex device) {
-  return twin_route(op_state(op), device);
-}
-
 void record_call(RouteCounters* counters, uint64_t ticks) {
   counters->calls.fetch_add(1, std::memory_order_relaxed);
   counters->ticks.fetch_add(ticks, std::memory_order_relaxed);

@@ -60,9 +60,8 @@ struct TwinRoute {
     return other && other->twin == twin && other->provider == provider;
   }
 };
-std::optional<TwinRoute> twin_route(const c10::OperatorHandle& op, c10::DeviceIndex device);
-// The same for callers with a fixed op (the fast kernels): its routing state, which lives
-// as long as the process, looked up once; twin_route on it skips the per-call lookup.
+// `st`: the op's routing state (routing_state), which lives as long as the process, so a
+// caller with a fixed op looks it up once.
 struct OpState;
 OpState& routing_state(const c10::OperatorHandle& op);
 std::optional<TwinRoute> twin_route(OpState& st, c10::DeviceIndex device);

@@ -73,6 +73,14 @@ bool on_device(const A& a, c10::DeviceIndex device) {
   else return true;
 }
 
+// The routing state of an at::_ops op, looked up once (it lives as long as the process).
+template <class Op>
+OpState& routing_state_of() {
+  static OpState& st = routing_state(
+      c10::Dispatcher::singleton().findSchemaOrThrow(Op::name, Op::overload_name));
+  return st;
+}
+
 template <class A>
 constexpr bool is_mutable_tensor_arg = std::is_same_v<A, at::Tensor&>;
 
@@ -150,16 +158,11 @@ struct FastKernel<Op, Composite, OutOp, OnDeviceTwin, Ret(Args...)> {
     (note_device(device, args), ...);
     const c10::OperatorHandle& op = handle();
     std::optional<TwinRoute> route;
-    static OpState& routing = routing_state(op);
-    if (device && (on_device(args, *device) && ...)) route = twin_route(routing, *device);
+    if (device && (on_device(args, *device) && ...)) route = twin_route(routing_state_of<Op>(), *device);
     if constexpr (!std::is_void_v<OutOp>) {
       // Without this kernel the op would reach the dispatcher as its out= form (through the
       // composite): a route for that form (a provider serving only add.out) must still see it.
-      if (route) {
-        static OpState& out_routing = routing_state(c10::Dispatcher::singleton().findSchemaOrThrow(
-            OutOp::name, OutOp::overload_name));
-        if (!route->same_as(twin_route(out_routing, *device))) route.reset();
-      }
+      if (route && !route->same_as(twin_route(routing_state_of<OutOp>(), *device))) route.reset();
     }
     // On a device twin (CUDA) the twin's functional kernel would allocate its result
     // outside flagos memory (a copy after): a structured op keeps the composite, which
@@ -218,9 +221,7 @@ namespace composite = at::compositeexplicitautogradnonfunctional;
 // provider must not send it elsewhere.
 struct ReluOnDeviceTwin {
   static bool applies(const TwinRoute& relu_route, c10::DeviceIndex device) {
-    static const c10::OperatorHandle clamp_min_out = c10::Dispatcher::singleton().findSchemaOrThrow(
-        at::_ops::clamp_min_out::name, at::_ops::clamp_min_out::overload_name);
-    return relu_route.same_as(twin_route(clamp_min_out, device));
+    return relu_route.same_as(twin_route(routing_state_of<at::_ops::clamp_min_out>(), device));
   }
   static at::Tensor run(const at::Tensor& self) { return at::native::relu(self); }
 };

@@ -283,9 +283,13 @@ class DevicePool {
   }
 
   void free_block(Block* block) {
+    deactivate(block);
+    merge_into_pool(block);
+  }
+
+  void deactivate(Block* block) {
     stat_update(stats_, &DeviceStats::active, block->small, -1);
     stat_update(stats_, &DeviceStats::active_bytes, block->small, -int64_t(block->size));
-    merge_into_pool(block);
   }
 
   // Small ops free a result and allocate one of the same size right after, over and over:
@@ -295,8 +299,7 @@ class DevicePool {
   // kRecent are parked, and whatever needs merged blocks (a request nothing fits,
   // empty_cache, a snapshot) merges them first.
   void park(Block* block) {
-    stat_update(stats_, &DeviceStats::active, true, -1);
-    stat_update(stats_, &DeviceStats::active_bytes, true, -int64_t(block->size));
+    deactivate(block);
     // Marked first: merging the evicted block below must not take this one in.
     block->recent = true;
     if (block->prev || block->next) {

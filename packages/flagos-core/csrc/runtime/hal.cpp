@@ -69,12 +69,23 @@ const HalDevice& hal_device_checked(c10::DeviceIndex index) {
 
 void disable_devices_after_fork() { detail::g_usable_devices.store(0); }
 
-
 flagos_native_device_t native_device_of(c10::DeviceIndex index) {
   flagos_native_device_t kind = FLAGOS_NATIVE_NONE;
   const auto& hal = hal_of(index);
   FLAGOS_HAL_CHECK(hal, hal.get_native_device(&kind));
   return kind;
+}
+
+std::optional<c10::DeviceIndex> device_of_pointer(const void* ptr) {
+  for (c10::DeviceIndex i = 0; i < device_count(); ++i) {
+    const auto& d = hal_device(i);
+    flagos_pointer_attributes_t attr{};
+    if (d.lib->table->pointer_get_attributes(ptr, &attr) == FLAGOS_SUCCESS &&
+        attr.type == FLAGOS_POINTER_DEVICE && attr.device == d.local_index) {
+      return i;
+    }
+  }
+  return std::nullopt;
 }
 
 c10::DeviceIndex current_device() { return t_current_device; }

@@ -6,6 +6,7 @@
 #include <c10/util/Exception.h>
 
 #include <atomic>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,9 @@ inline const flagos_hal_table_t& hal_of(c10::DeviceIndex index) {
   return *hal_device(index).lib->table;
 }
 flagos_native_device_t native_device_of(c10::DeviceIndex index);
+// The flagos device whose memory `ptr` lies in (its HAL's pointer_get_attributes), or
+// nullopt when it is no flagos device's memory.
+std::optional<c10::DeviceIndex> device_of_pointer(const void* ptr);
 
 // Thread-local current flagos device (the HAL's own current device is set too).
 c10::DeviceIndex current_device();

@@ -27,15 +27,9 @@ struct FlagosHooks final : public at::PrivateUse1HooksInterface {
     return new_generator(device);
   }
   at::Device getDeviceFromPtr(void* data) const override {
-    for (c10::DeviceIndex i = 0; i < device_count(); ++i) {
-      const auto& d = hal_device(i);
-      flagos_pointer_attributes_t attr{};
-      if (d.lib->table->pointer_get_attributes(data, &attr) == FLAGOS_SUCCESS &&
-          attr.type == FLAGOS_POINTER_DEVICE && attr.device == d.local_index) {
-        return at::Device(c10::DeviceType::PrivateUse1, i);
-      }
-    }
-    TORCH_CHECK(false, "flagos: pointer ", data, " is not flagos device memory");
+    auto device = device_of_pointer(data);
+    TORCH_CHECK(device, "flagos: pointer ", data, " is not flagos device memory");
+    return at::Device(c10::DeviceType::PrivateUse1, *device);
   }
   // With a device twin in the process, at::empty(pin_memory=True) may take the twin's
   // pinned allocator (torch asks the CUDA hooks before PrivateUse1's); that memory is

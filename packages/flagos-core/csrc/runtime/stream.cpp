@@ -115,14 +115,6 @@ void synchronize_stream(const c10::Stream& stream) {
   FLAGOS_HAL_CHECK(hal, hal.stream_synchronize(hal_stream(stream)));
 }
 
-void synchronize_current_stream(c10::DeviceIndex device) {
-  const auto& d = hal_device(device);
-  c10::StreamId id = t_current[device];
-  flagos_stream_t handle = all_streams()[device].handles[id].load(std::memory_order_acquire);
-  if (!handle) handle = hal_stream(make_stream(device, id));  // the default stream, first use
-  FLAGOS_HAL_CHECK(*d.lib->table, d.lib->table->stream_synchronize(handle));
-}
-
 bool query_stream(const c10::Stream& stream) {
   const auto& hal = hal_of(stream.device_index());
   flagos_status_t st = hal.stream_query(hal_stream(stream));

@@ -19,8 +19,6 @@ c10::Stream exchange_stream(const c10::Stream& stream);
 c10::Stream pool_stream(c10::DeviceIndex device, int priority);
 int stream_priority(const c10::Stream& stream);
 void synchronize_stream(const c10::Stream& stream);
-// synchronize_stream(current_stream(device)), for the per-op host-access check.
-void synchronize_current_stream(c10::DeviceIndex device);
 bool query_stream(const c10::Stream& stream);
 c10::Stream make_stream(c10::DeviceIndex device, c10::StreamId id);
 
