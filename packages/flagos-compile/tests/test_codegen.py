@@ -3,6 +3,8 @@ the flagos allocator on the graph's own device, no CPU detour."""
 
 from __future__ import annotations
 
+import re
+
 import flagos_compile
 import pytest
 import torch
@@ -24,7 +26,9 @@ def test_cpp_kernels_on_flagos_tensors(sim_twin) -> None:
     # Inductor wrote C++ kernels (CppScheduling) and called them with flagos buffers.
     assert "async_compile.cpp_pybinding" in code
     assert 'extern "C"' in code
-    assert "device='flagos:0'" in code
+    # buffers: one C++ call each into the flagos allocator, on the graph's device
+    assert "empty_strided_flagos(" in code and ", 0)" in code
+    assert not re.search(r"= empty_strided\(.*device='flagos", code)
     assert "from flagos._C import _sync_for_host_access as flagos_host_sync" in code
     assert "flagos_host_sync(0)" in code
     assert "extern_kernels.mm" in code  # the matmul: an ATen call, routed by flagos
@@ -40,7 +44,7 @@ def test_second_device_keeps_its_buffers() -> None:
     w = torch.randn(8, 8, device="flagos:1")
     out, (code, *_) = run_and_get_code(torch.compile(f), x, w)
     assert out.device == torch.device("flagos", 1)
-    assert "device='flagos:1'" in code
+    assert re.search(r"empty_strided_flagos\([^\n]*, 1\)", code)
     assert_close(out, f(x.cpu(), w.cpu()), rtol=1e-5, atol=1e-5)
 
 
@@ -72,3 +76,25 @@ def test_register_is_idempotent_and_patches_are_named() -> None:
 
     assert len(_patches.applied) == len(set(_patches.applied))
     assert "torch._inductor.scheduler.BaseSchedulerNode.is_cpu" in _patches.applied
+
+
+def test_wrapper_helpers_match_the_python_api() -> None:
+    """The C++ calls the generated wrapper makes per buffer, guard and kernel launch."""
+    from flagos import _C
+
+    other = 1 if torch.flagos.device_count() > 1 else 0
+    torch.flagos.set_device(0)
+    t = _C._empty_strided((2, 3), (1, 2), torch.float16, other)
+    assert t.device == torch.device("flagos", other) and t.dtype == torch.float16
+    assert t.shape == (2, 3) and t.stride() == (1, 2)
+    assert torch.flagos.current_device() == 0  # allocated there, current device kept
+    with _C._CompiledDeviceGuard(other):
+        assert torch.flagos.current_device() == other
+    assert torch.flagos.current_device() == 0
+    with pytest.raises(ValueError, match="inside"), _C._CompiledDeviceGuard(other):
+        raise ValueError("inside")  # not swallowed, and the device is restored
+    assert torch.flagos.current_device() == 0
+    s = torch.flagos.Stream(other)
+    with torch.flagos.stream(s):
+        assert _C._current_raw_stream(other) == s.native_handle
+    assert _C._current_raw_stream(other) == torch.flagos.current_stream(other).native_handle

@@ -38,7 +38,7 @@ def cuda_twin(monkeypatch):
 
     for mod in (_twin, _codegen):
         monkeypatch.setattr(mod, "twin_of", twin_of)
-        monkeypatch.setattr(mod, "native_index", native_index)
+    monkeypatch.setattr(_twin, "native_index", native_index)
     monkeypatch.setattr(CudaInterface, "get_device_properties",
                         staticmethod(lambda device=None: H200))
     monkeypatch.setattr(CudaInterface, "get_compute_capability",
@@ -75,17 +75,18 @@ def test_wrapper_guards_the_twin_device(cuda_twin) -> None:
     assert not utils.device_need_guard("cpu")
     ops = _codegen.FlagosDeviceOpOverrides()
     guard = ops.device_guard(0)
-    assert guard == "torch.flagos.device(0), torch.cuda.device(1)"
+    # one C++ guard that makes the twin (cuda:1) current as well (flagos._C)
+    assert guard == "flagos_device_guard(0)"
     compile(f"with {guard}:\n    {ops.set_device(0)}\n", "<wrapper>", "exec")
     assert ops.import_get_raw_stream_as("get_raw_stream") == (
-        "from flagos_compile._device import raw_stream as get_raw_stream")
+        "from flagos._C import _current_raw_stream as get_raw_stream")
 
 
 def test_no_device_guard_on_sim(sim_twin) -> None:
     from torch._inductor import utils
 
     assert not utils.device_need_guard("flagos")
-    assert _codegen.FlagosDeviceOpOverrides().device_guard(0) == "torch.flagos.device(0)"
+    assert _codegen.FlagosDeviceOpOverrides().device_guard(0) == "flagos_device_guard(0)"
 
 
 def test_cuda_twin_is_a_gpu_for_inductor(cuda_twin) -> None:

@@ -6,6 +6,7 @@
 #include <torch/extension.h>
 
 #include "aten/alias.h"
+#include "compiled_code.h"
 #include "dispatch/dispatcher.h"
 #include "runtime/allocator.h"
 #include "runtime/generator.h"
@@ -71,6 +72,7 @@ PYBIND11_MODULE(_C, m) {
   flagos::register_hooks();
   flagos::register_provider("cpu", flagos::EngineKind::CPU);
 
+  flagos::bind_compiled_code_helpers(m);
   m.def("_init_hals", &flagos::init_hals, py::arg("paths"));
   m.def("_hals_initialized", &flagos::hals_initialized);
   m.def("_hal_info", &hal_info);

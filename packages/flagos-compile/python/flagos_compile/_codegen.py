@@ -10,8 +10,10 @@ Generated code follows the HAL's native twin:
 - CUDA-addressable HALs: TritonScheduling writes Triton kernels, launched on the native
   handle of the current flagos stream (a cudaStream_t).
 
-Buffers are allocated by the wrapper with ``empty_strided(..., device='flagos:N')``: the
-flagos caching allocator. Ops Inductor does not generate code for (extern kernels, fallbacks)
+Buffers are allocated by the wrapper with ``empty_strided_flagos(sizes, strides, dtype, N)``
+(flagos._C._empty_strided): the flagos caching allocator, in one C++ call, as
+``empty_strided_cuda`` is for CUDA; the device guard and the raw stream of kernel
+launches are single C++ calls too (flagos._C._CompiledDeviceGuard, _current_raw_stream). Ops Inductor does not generate code for (extern kernels, fallbacks)
 are plain ATen calls on flagos tensors and go through the flagos routing dispatcher.
 """
 
@@ -30,9 +32,11 @@ from torch._inductor.codegen.wrapper import (
 )
 from torch._inductor.virtualized import V
 
-from flagos_compile._twin import native_index, twin_of, twins
+from flagos_compile._twin import twin_of, twins
 
 SYNC_HELPER = "flagos_host_sync"
+EMPTY_STRIDED = "empty_strided_flagos"
+DEVICE_GUARD = "flagos_device_guard"
 
 
 def scheduling_class() -> type:
@@ -85,6 +89,9 @@ class _FlagosWrapperMixin:
 
     def write_header(self) -> None:
         super().write_header()  # type: ignore[misc]
+        self.imports.writeline(  # type: ignore[attr-defined]
+            f"from flagos._C import _empty_strided as {EMPTY_STRIDED}, "
+            f"_CompiledDeviceGuard as {DEVICE_GUARD}")
         if config.triton.cudagraphs:
             # Said when the module loads, so that an FX-graph-cache hit says it too.
             self.imports.writeline(  # type: ignore[attr-defined]
@@ -103,8 +110,7 @@ class _FlagosWrapperMixin:
         alloc_s = self.codegen_python_shape_tuple(  # type: ignore[attr-defined]
             shape if allocation_shape is None else allocation_shape)
         stride_s = self.codegen_python_shape_tuple(stride)  # type: ignore[attr-defined]
-        out = (f"{name} = empty_strided({alloc_s}, {stride_s}, "
-               f"device='flagos:{index}', dtype={dtype})")
+        out = f"{name} = {EMPTY_STRIDED}({alloc_s}, {stride_s}, {dtype}, {index})"
         if alloc_s != shape_s:
             out += f".as_strided({shape_s}, {stride_s})"
         return out
@@ -156,7 +162,7 @@ class FlagosDeviceOpOverrides(DeviceOpOverrides):
     """The device calls the Python wrapper writes: torch.flagos instead of torch.cuda."""
 
     def import_get_raw_stream_as(self, name: str) -> str:
-        return f"from flagos_compile._device import raw_stream as {name}"
+        return f"from flagos._C import _current_raw_stream as {name}"
 
     def set_device(self, device_idx: int) -> str:
         return f"torch.flagos.set_device({device_idx})"
@@ -167,11 +173,8 @@ class FlagosDeviceOpOverrides(DeviceOpOverrides):
     def device_guard(self, device_idx: int) -> str:
         # Inductor writes `with {device_guard}:`. A Triton kernel of a CUDA-twin device
         # needs its twin current too (the kernel module is loaded onto the current CUDA
-        # device and launched there), so both are entered: `with a, b:`.
-        guard = f"torch.flagos.device({device_idx})"
-        if twin_of(device_idx) == "cuda":
-            guard += f", torch.cuda.device({native_index(device_idx)})"
-        return guard
+        # device and launched there): the guard makes both current.
+        return f"{DEVICE_GUARD}({device_idx})"
 
     def current_stream(self) -> str:
         return "torch.flagos.current_stream()"
