@@ -5,10 +5,10 @@
 #include <c10/util/SmallVector.h>
 
 #include <mutex>
-#include <typeinfo>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "aten/result_adoption.h"
 #include "runtime/allocator.h"
 #include "runtime/hal.h"
 
@@ -165,29 +165,16 @@ HostResultsOnFlagos::~HostResultsOnFlagos() {
 }
 
 std::optional<at::Tensor> adopt_as_flagos(const at::Tensor& t, c10::DeviceIndex device) {
-  // Only a result nothing else holds (no cache, no second return, no weak reference; a
-  // Python object would hold a reference too) may give its bytes away; lazy conj/neg
-  // results are resolved by the copy path.
-  if (!t.defined() || !t.has_storage() || t.use_count() != 1 || t.weak_use_count() != 1 ||
-      t.storage().use_count() != 1 || t.is_conj() || t.is_neg()) {
-    return std::nullopt;
-  }
-  c10::TensorImpl* tensor = t.unsafeGetTensorImpl();
+  if (!result_is_adoptable(t)) return std::nullopt;
   c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
   const c10::DataPtr& cpu = impl->data_ptr();
-  if (cpu.get_deleter() != &delete_host_result || typeid(*tensor) != typeid(c10::TensorImpl)) {
-    return std::nullopt;
-  }
+  if (cpu.get_deleter() != &delete_host_result) return std::nullopt;
   auto flagos = take(cpu.get());
   if (!flagos) return std::nullopt;
   // The storage itself becomes flagos storage (its device is its DataPtr's): the CPU
   // DataPtr lets go of the bytes without freeing them, the flagos DataPtr owns them now.
   impl->set_data_ptr(std::move(*flagos)).release_context();
-  impl->set_allocator(device_allocator());
-  // And the tensor a flagos tensor, as `tensor.data = other` does across devices: its
-  // device follows the storage and its backend keys follow the device.
-  tensor->set_storage_keep_dtype(t.storage());
-  tensor->_change_backend_component_keys(c10::Device(c10::DeviceType::PrivateUse1, device));
+  become_flagos_tensor(t, device);
   return t;
 }
 

@@ -10,8 +10,8 @@
 // The ops listed at the bottom get an unboxed PrivateUse1 kernel instead. When the op's
 // route on the tensors' device starts with the twin engine (dispatcher.h, twin_route), it
 // aliases the arguments without copying them (TwinCall, borrowed) and calls the twin's
-// kernel directly: for a structured op on a CPU twin the functional kernel itself, whose
-// result is allocated in flagos memory (aten/host_results.h). Otherwise it does what torch
+// kernel directly: for a structured op the functional kernel itself, whose result is
+// allocated in flagos memory (aten/host_results.h, aten/device_results.h). Otherwise it does what torch
 // would have done without it: the composite kernel for structured functional and in-place
 // ops (so routes and providers see the same out= ops as before), the boxed fallback for
 // the rest. Results, stats and errors are those of the boxed route.
@@ -164,10 +164,12 @@ struct FastKernel<Op, Composite, OutOp, OnDeviceTwin, Ret(Args...)> {
       // composite): a route for that form (a provider serving only add.out) must still see it.
       if (route && !route->same_as(twin_route(routing_state_of<OutOp>(), *device))) route.reset();
     }
-    // On a device twin (CUDA) the twin's functional kernel would allocate its result
-    // outside flagos memory (a copy after): a structured op keeps the composite, which
-    // allocates a flagos result and calls the out= op.
-    if (route && route->twin != c10::DeviceType::CPU && !std::is_reference_v<Ret>) {
+    // On a device twin (CUDA) whose kernels cannot allocate in flagos memory (flagos built
+    // without CUDA support, aten/device_results.h) the functional kernel's result would be
+    // copied: a structured op keeps the composite, which allocates a flagos result and
+    // calls the out= op.
+    if (route && route->twin != c10::DeviceType::CPU && !std::is_reference_v<Ret> &&
+        !install_device_results_allocator()) {
       if constexpr (Composite != nullptr) {
         return (*Composite)(std::forward<Args>(args)...);
       } else if constexpr (!std::is_void_v<OnDeviceTwin>) {

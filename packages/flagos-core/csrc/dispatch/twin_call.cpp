@@ -125,8 +125,10 @@ c10::DispatchKeySet TwinCall::twin_keys() const {
 
 TwinCall::KernelScope::KernelScope(const TwinCall& call) {
   // The kernel's own allocations (its results) land in flagos memory: no copy after.
-  if (call.twin_ == c10::DeviceType::CPU && install_host_results_allocator()) {
-    host_results_.emplace(call.device_);
+  if (call.twin_ == c10::DeviceType::CPU) {
+    if (install_host_results_allocator()) host_results_.emplace(call.device_);
+  } else if (install_device_results_allocator()) {
+    device_results_.emplace(call.device_, call.twin_index(call.device_));
   }
 }
 
@@ -213,15 +215,15 @@ at::Tensor TwinCall::from_twin(const at::Tensor& t, const std::vector<int64_t>* 
       return v;
     }
   }
-  // A fresh result: it becomes flagos memory, counted by the flagos allocator. A CPU
-  // kernel's result already is (see host_results.h) unless something else holds it.
-  if (twin_ == c10::DeviceType::CPU) {
-    if (auto adopted = adopt_as_flagos(t, device_)) {
-      if (!want || adopted->strides().equals(*want)) return *adopted;
-      at::Tensor out = at::empty_strided(t.sizes(), *want, adopted->options());
-      out.copy_(*adopted);
-      return out;
-    }
+  // A fresh result: it becomes flagos memory, counted by the flagos allocator. A kernel's
+  // result already is (host_results.h, device_results.h) unless something else holds it.
+  auto adopted = twin_ == c10::DeviceType::CPU ? adopt_as_flagos(t, device_)
+                                               : adopt_device_result(t, device_);
+  if (adopted) {
+    if (!want || adopted->strides().equals(*want)) return *adopted;
+    at::Tensor out = at::empty_strided(t.sizes(), *want, adopted->options());
+    out.copy_(*adopted);
+    return out;
   }
   at::Tensor out;
   auto opts = t.options().device(c10::Device(kFlagos, device_));

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "aten/alias.h"
+#include "aten/device_results.h"
 #include "aten/host_results.h"
 #include "dispatch/conv_layout.h"
 
@@ -55,15 +56,17 @@ class TwinCall {
   }
   void enter();
   c10::DispatchKeySet twin_keys() const;
-  // What must surround the kernel and the mapping of its results: on a CPU twin, the
-  // kernel's allocations come from flagos memory and its results are adopted without a
-  // lock inside the scope (aten/host_results.h).
+  // What must surround the kernel and the mapping of its results: the kernel's allocations
+  // come from flagos memory and its results are adopted inside the scope, on a CPU twin
+  // (aten/host_results.h) and, where flagos was built against a torch with CUDA, on a CUDA
+  // twin (aten/device_results.h).
   class KernelScope {
    public:
     explicit KernelScope(const TwinCall& call);
 
    private:
     std::optional<HostResultsOnFlagos> host_results_;
+    std::optional<DeviceResultsOnFlagos> device_results_;
   };
   void finish() { fix_mutated(); }
   // The caller's tensor behind an alias that a kernel returned (in-place and out= ops).

@@ -501,6 +501,10 @@ class FlagosAllocator final : public c10::DeviceAllocator {
 
   c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
 
+  bool owns(const c10::DataPtr& dp) const {
+    return dp.get_deleter() == &cached_delete || dp.get_deleter() == &passthrough_delete;
+  }
+
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     const auto& hal = hal_of(current_device());
     FLAGOS_HAL_CHECK(hal, hal.memcpy(dest, src, count, FLAGOS_MEMCPY_DEVICE_TO_DEVICE));
@@ -576,6 +580,9 @@ c10::DeviceAllocator* device_allocator() { return &FlagosAllocator::instance(); 
 
 c10::DataPtr try_allocate_on_device(c10::DeviceIndex device, size_t n) {
   return FlagosAllocator::instance().allocate_on(device, n, /*may_fail=*/true);
+}
+bool is_flagos_data_ptr(const c10::DataPtr& data_ptr) {
+  return FlagosAllocator::instance().owns(data_ptr);
 }
 bool allocator_passthrough() { return FlagosAllocator::instance().passthrough(); }
 

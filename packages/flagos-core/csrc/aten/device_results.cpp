@@ -1,0 +1,62 @@
+#include "aten/device_results.h"
+
+#include "aten/result_adoption.h"
+#include "runtime/allocator.h"
+
+namespace flagos {
+
+#ifdef FLAGOS_CUDA_RESULTS
+bool install_cuda_results_allocator();  // csrc_cuda/cuda_results_allocator.cpp
+#endif
+
+namespace {
+// The active scope of this thread: flagos device and its CUDA twin, -1 outside scopes.
+struct Scope {
+  c10::DeviceIndex device = -1;
+  c10::DeviceIndex twin = -1;
+};
+thread_local Scope t_scope;
+}  // namespace
+
+bool install_device_results_allocator() {
+#ifdef FLAGOS_CUDA_RESULTS
+  static const bool installed = install_cuda_results_allocator();
+  return installed;
+#else
+  return false;
+#endif
+}
+
+DeviceResultsOnFlagos::DeviceResultsOnFlagos(c10::DeviceIndex device, c10::DeviceIndex twin)
+    : previous_device_(t_scope.device), previous_twin_(t_scope.twin) {
+  t_scope = Scope{device, twin};
+}
+
+DeviceResultsOnFlagos::~DeviceResultsOnFlagos() {
+  t_scope = Scope{previous_device_, previous_twin_};
+}
+
+c10::DataPtr allocate_device_result(size_t n, c10::DeviceIndex cuda_device) {
+  const Scope& scope = t_scope;
+  if (scope.device < 0 || scope.twin != cuda_device || n == 0) return c10::DataPtr();
+  c10::DataPtr flagos = try_allocate_on_device(scope.device, n);
+  if (!flagos) return c10::DataPtr();
+  // The same block, context and deleter, seen as memory of the CUDA device: the kernel's
+  // tensor is a CUDA tensor, and freeing it (a temporary) frees the flagos block.
+  void* ptr = flagos.get();
+  c10::DeleterFnPtr deleter = flagos.get_deleter();
+  void* ctx = flagos.release_context();
+  return c10::DataPtr(ptr, ctx, deleter, c10::Device(c10::DeviceType::CUDA, cuda_device));
+}
+
+std::optional<at::Tensor> adopt_device_result(const at::Tensor& t, c10::DeviceIndex device) {
+  if (!result_is_adoptable(t)) return std::nullopt;
+  c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
+  if (!is_flagos_data_ptr(impl->data_ptr())) return std::nullopt;
+  // The same DataPtr, tagged with the flagos device again: the storage is flagos storage.
+  impl->mutable_data_ptr().unsafe_set_device(c10::Device(c10::DeviceType::PrivateUse1, device));
+  become_flagos_tensor(t, device);
+  return t;
+}
+
+}  // namespace flagos

@@ -1,0 +1,175 @@
+// The CUDA side of device results (csrc/aten/device_results.h): an allocator that wraps
+// torch's CUDA caching allocator. Every call is forwarded to the wrapped allocator, except
+// allocate() inside a DeviceResultsOnFlagos scope on its twin device, which takes flagos
+// memory. Built only against a torch with CUDA, and only where this file compiles against
+// that torch's CUDAAllocator interface (CMakeLists.txt checks); written for torch 2.11 and
+// 2.13, whose interfaces differ by the members under FLAGOS_TORCH_2_13.
+//
+// Where torch itself allocates outside c10::cuda::CUDACachingAllocator::get() (the
+// c10::GetAllocator(kCUDA) registry), results simply stay CUDA memory and are copied, as
+// without this allocator. recordStream of a flagos block from a CUDA kernel is forwarded
+// too, and the caching allocator skips blocks it does not own (a DataPtr with another
+// deleter): such a block is ordered by the flagos stream it was allocated on.
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <torch/version.h>
+
+#include "aten/device_results.h"
+
+#define FLAGOS_TORCH_2_13 (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 13))
+
+namespace flagos {
+namespace {
+
+namespace cca = c10::cuda::CUDACachingAllocator;
+
+class CudaResultsAllocator final : public cca::CUDAAllocator {
+ public:
+  explicit CudaResultsAllocator(cca::CUDAAllocator* next) : next_(next) {}
+
+  c10::DataPtr allocate(size_t n) override {
+    if (c10::DataPtr dp = allocate_device_result(n, c10::cuda::current_device())) return dp;
+    return next_->allocate(n);
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return next_->raw_deleter(); }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    next_->copy_data(dest, src, count);
+  }
+  bool is_simple_data_ptr(const c10::DataPtr& data_ptr) const override {
+    return next_->is_simple_data_ptr(data_ptr);
+  }
+
+  bool initialized() override { return next_->initialized(); }
+  void emptyCache(c10::MempoolId_t mempool_id) override { next_->emptyCache(mempool_id); }
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
+    return next_->getDeviceStats(device);
+  }
+  void resetAccumulatedStats(c10::DeviceIndex device) override { next_->resetAccumulatedStats(device); }
+  void resetPeakStats(c10::DeviceIndex device) override { next_->resetPeakStats(device); }
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
+    return next_->getMemoryInfo(device);
+  }
+
+  void* raw_alloc(size_t nbytes) override { return next_->raw_alloc(nbytes); }
+  void* raw_alloc_with_stream(size_t nbytes, cudaStream_t stream) override {
+    return next_->raw_alloc_with_stream(nbytes, stream);
+  }
+  void raw_delete(void* ptr) override { next_->raw_delete(ptr); }
+  void init(int device_count) override { next_->init(device_count); }
+  double getMemoryFraction(c10::DeviceIndex device) override { return next_->getMemoryFraction(device); }
+  void setMemoryFraction(double fraction, c10::DeviceIndex device) override {
+    next_->setMemoryFraction(fraction, device);
+  }
+  std::vector<cca::StreamSegmentSize> getExpandableSegmentSizes(c10::DeviceIndex device) override {
+    return next_->getExpandableSegmentSizes(device);
+  }
+  void enable(bool value) override { next_->enable(value); }
+  bool isEnabled() const override { return next_->isEnabled(); }
+  void cacheInfo(c10::DeviceIndex device, size_t* largest_block) override {
+    next_->cacheInfo(device, largest_block);
+  }
+  void* getBaseAllocation(void* ptr, size_t* size) override { return next_->getBaseAllocation(ptr, size); }
+  using cca::CUDAAllocator::recordStream;
+  void recordStream(const c10::DataPtr& ptr, c10::cuda::CUDAStream stream) override {
+    next_->recordStream(ptr, stream);
+  }
+  cca::SnapshotInfo snapshot(c10::MempoolId_t mempool_id, bool include_traces) override {
+    return next_->snapshot(mempool_id, include_traces);
+  }
+  void beginAllocateToPool(c10::DeviceIndex device, c10::MempoolId_t mempool_id,
+                           std::function<bool(cudaStream_t)> filter) override {
+    next_->beginAllocateToPool(device, mempool_id, std::move(filter));
+  }
+  void endAllocateToPool(c10::DeviceIndex device, c10::MempoolId_t mempool_id) override {
+    next_->endAllocateToPool(device, mempool_id);
+  }
+  void releasePool(c10::DeviceIndex device, c10::MempoolId_t mempool_id) override {
+    next_->releasePool(device, mempool_id);
+  }
+  int getPoolUseCount(c10::DeviceIndex device, c10::MempoolId_t mempool_id) override {
+    return next_->getPoolUseCount(device, mempool_id);
+  }
+  void createOrIncrefPool(c10::DeviceIndex device, c10::MempoolId_t mempool_id,
+                          std::shared_ptr<cca::CUDAAllocator> allocator) override {
+    next_->createOrIncrefPool(device, mempool_id, std::move(allocator));
+  }
+  void setUseOnOOM(c10::DeviceIndex device, c10::MempoolId_t mempool_id, bool use_on_oom) override {
+    next_->setUseOnOOM(device, mempool_id, use_on_oom);
+  }
+  void setNoSplit(c10::DeviceIndex device, c10::MempoolId_t mempool_id) override {
+    next_->setNoSplit(device, mempool_id);
+  }
+  bool checkPoolLiveAllocations(c10::DeviceIndex device, c10::MempoolId_t mempool_id,
+                                const std::unordered_set<void*>& expected) override {
+    return next_->checkPoolLiveAllocations(device, mempool_id, expected);
+  }
+  cca::ShareableHandle shareIpcHandle(void* ptr) override { return next_->shareIpcHandle(ptr); }
+  std::shared_ptr<void> getIpcDevPtr(std::string handle) override {
+    return next_->getIpcDevPtr(std::move(handle));
+  }
+  bool isHistoryEnabled() override { return next_->isHistoryEnabled(); }
+  void recordHistory(bool enabled, cca::CreateContextFn context_recorder,
+                     size_t alloc_trace_max_entries, cca::RecordContext when, bool clear_history,
+                     const std::vector<std::string>& skip_actions) override {
+    next_->recordHistory(enabled, context_recorder, alloc_trace_max_entries, when, clear_history,
+                         skip_actions);
+  }
+  void recordAnnotation(const std::vector<std::pair<std::string, std::string>>& md) override {
+    next_->recordAnnotation(md);
+  }
+  void pushCompileContext(std::string& md) override { next_->pushCompileContext(md); }
+  void popCompileContext() override { next_->popCompileContext(); }
+  void setUserMetadata(const std::string& metadata) override { next_->setUserMetadata(metadata); }
+  std::string getUserMetadata() override { return next_->getUserMetadata(); }
+  void attachOutOfMemoryObserver(cca::OutOfMemoryObserver observer) override {
+    next_->attachOutOfMemoryObserver(std::move(observer));
+  }
+  void attachAllocatorTraceTracker(cca::AllocatorTraceTracker tracker) override {
+    next_->attachAllocatorTraceTracker(std::move(tracker));
+  }
+  void enablePeerAccess(c10::DeviceIndex dev, c10::DeviceIndex dev_to_access) override {
+    next_->enablePeerAccess(dev, dev_to_access);
+  }
+  cudaError_t memcpyAsync(void* dst, int dst_device, const void* src, int src_device, size_t count,
+                          cudaStream_t stream, bool p2p_enabled) override {
+    return next_->memcpyAsync(dst, dst_device, src, src_device, count, stream, p2p_enabled);
+  }
+  std::shared_ptr<cca::AllocatorState> getCheckpointState(c10::DeviceIndex device,
+                                                          c10::MempoolId_t id) override {
+    return next_->getCheckpointState(device, id);
+  }
+  cca::CheckpointDelta setCheckpointPoolState(c10::DeviceIndex device,
+                                              std::shared_ptr<cca::AllocatorState> pps) override {
+    return next_->setCheckpointPoolState(device, std::move(pps));
+  }
+  std::string name() override { return next_->name(); }
+#if FLAGOS_TORCH_2_13
+  void markCaptureBegin(c10::DeviceIndex device) override { next_->markCaptureBegin(device); }
+  void markCaptureEnd(c10::DeviceIndex device) override { next_->markCaptureEnd(device); }
+  std::shared_ptr<c10::GatheredContext> getContextForPointer(const void* ptr) override {
+    return next_->getContextForPointer(ptr);
+  }
+  void attachOomRejectionObserver(cca::OomRejectionObserver observer) override {
+    next_->attachOomRejectionObserver(std::move(observer));
+  }
+  c10::DataPtr allocateWithAddress(size_t size, void* addr) override {
+    return next_->allocateWithAddress(size, addr);
+  }
+#endif
+
+ private:
+  cca::CUDAAllocator* next_;
+};
+
+}  // namespace
+
+bool install_cuda_results_allocator() {
+  cca::CUDAAllocator* current = cca::get();
+  if (current == nullptr) return false;
+  // Never freed: torch's CUDA code holds the pointer (tensors' storages keep it) until exit.
+  static auto* wrapper = new CudaResultsAllocator(current);
+  cca::allocator.store(wrapper);
+  return true;
+}
+
+}  // namespace flagos
