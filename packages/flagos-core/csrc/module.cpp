@@ -6,6 +6,7 @@
 #include <torch/extension.h>
 
 #include "aten/alias.h"
+#include "aten/device_results.h"
 #include "compiled_code.h"
 #include "dispatch/dispatcher.h"
 #include "runtime/allocator.h"
@@ -78,6 +79,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("_hal_info", &hal_info);
   // The twin device the engines use for a device ("cpu", "cuda" or "none"): the HAL's
   // native device unless FLAGOS_NO_HOST_ALIAS makes every HAL count as opaque.
+  // Whether CUDA-twin kernels allocate their results in flagos memory (device_results.h).
+  m.def("_device_results", [] { return flagos::install_device_results_allocator(); });
   m.def("_twin_device", [](int d) -> std::string {
     auto twin = flagos::twin_device_type(static_cast<c10::DeviceIndex>(d));
     if (!twin) return "none";

@@ -20,6 +20,11 @@ def _cuda_allocations() -> int:
     return torch.cuda.memory_stats().get("allocation.all.allocated", 0)
 
 
+def test_flagos_built_against_cuda_torch_has_device_results() -> None:
+    assert flagos._C._device_results(), (
+        "flagos-core was built without the CUDA results allocator: see the CMake warning")
+
+
 def test_conv_and_batch_norm_results_are_flagos_memory_without_copies() -> None:
     torch.manual_seed(0)
     x, w, b = torch.randn(4, 3, 16, 16), torch.randn(8, 3, 3, 3), torch.randn(8)

@@ -1,5 +1,8 @@
 #include "aten/device_results.h"
 
+#include <cstdlib>
+#include <string>
+
 #include "aten/result_adoption.h"
 #include "runtime/allocator.h"
 
@@ -20,7 +23,12 @@ thread_local Scope t_scope;
 
 bool install_device_results_allocator() {
 #ifdef FLAGOS_CUDA_RESULTS
-  static const bool installed = install_cuda_results_allocator();
+  static const bool installed = [] {
+    // FLAGOS_DEVICE_RESULTS=0: leave torch's CUDA allocator alone (results are copied).
+    const char* env = std::getenv("FLAGOS_DEVICE_RESULTS");
+    if (env && std::string(env) == "0") return false;
+    return install_cuda_results_allocator();
+  }();
   return installed;
 #else
   return false;
