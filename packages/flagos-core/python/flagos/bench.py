@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 
 import flagos
 
@@ -137,6 +138,35 @@ def bench_ops(native: torch.device, min_time: float) -> list[str]:
     return out
 
 
+LAYERS: dict[str, Callable[[dict[str, torch.Tensor]], object]] = {
+    "conv2d": lambda t: F.conv2d(t["x"], t["w"], t["b"], padding=1),
+    "conv2d_nobias": lambda t: F.conv2d(t["x"], t["w"], None, padding=1),
+    "batch_norm": lambda t: F.batch_norm(t["y"], t["mean"], t["var"], training=False),
+    "avgpool": lambda t: F.adaptive_avg_pool2d(t["y"], 1),
+    "linear": lambda t: F.linear(t["v"], t["fc"]),
+}
+
+
+def bench_layers(native: torch.device, min_time: float) -> list[str]:
+    """A conv net's layers (inference) through boxing: ops whose twin kernels allocate
+    their results (convolution, batch norm), which flagos then adopts or copies."""
+    n, c, hw = (32, 64, 64) if native.type == "cuda" else (8, 16, 32)
+    torch.manual_seed(0)
+    t_n = {"x": torch.randn(n, 3, hw, hw), "w": torch.randn(c, 3, 3, 3), "b": torch.randn(c),
+           "y": torch.randn(n, c, hw, hw), "mean": torch.zeros(c), "var": torch.ones(c),
+           "v": torch.randn(n, c), "fc": torch.randn(10, c)}
+    t_n = {k: v.to(native) for k, v in t_n.items()}
+    t_f = {k: v.to("flagos") for k, v in t_n.items()}
+    out = [(f"## conv-net layers, inference, {n}x3x{hw}x{hw} input, {c} channels "
+            "(us per op; ratio boxing/native)")]
+    with torch.no_grad(), flagos.routing.override({"default": ["boxing"]}):
+        for name, fn in LAYERS.items():
+            f, nat = paired(lambda fn=fn: fn(t_f), lambda fn=fn: fn(t_n), native, min_time)
+            out.append(f"  boxing   {name:14} flagos {f * 1e6:8.2f}   native {nat * 1e6:8.2f}"
+                       f"   ratio {f / nat:5.2f}")
+    return out
+
+
 def bench_model(native: torch.device, min_time: float, quick: bool) -> list[str]:
     """Forward+backward of a Llama-style stack, flagos vs native, same weights and batch.
     On CUDA: 8 layers of dim 2048 in bf16, 8x1024 tokens a step (a few TFLOP per step)."""
@@ -200,7 +230,7 @@ def bench_model(native: torch.device, min_time: float, quick: bool) -> list[str]
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--quick", action="store_true", help="shorter timings")
-    p.add_argument("--only", default="alloc,copy,ops,model")
+    p.add_argument("--only", default="alloc,copy,ops,layers,model")
     p.add_argument("--threads", type=int, default=0,
                    help="torch CPU threads for both sides (0: torch's default). On a loaded "
                         "machine 1 avoids OpenMP barriers waiting for a time slice")
@@ -215,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     sections = {"alloc": lambda: bench_alloc(native, min_time),
                 "copy": lambda: bench_copy(native, min_time),
                 "ops": lambda: bench_ops(native, min_time),
+                "layers": lambda: bench_layers(native, min_time),
                 "model": lambda: bench_model(native, min_time, args.quick)}
     for name in args.only.split(","):
         for line in sections[name.strip()]():
