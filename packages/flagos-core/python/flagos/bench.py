@@ -122,8 +122,9 @@ SMALL_OPS: dict[str, Callable[[torch.Tensor, torch.Tensor], object]] = {
 }
 
 
-def bench_ops(native: torch.device, min_time: float) -> list[str]:
-    routes = [r for r in ("boxing", "cpu") if r in flagos.routing.providers()]
+def bench_ops(native: torch.device, min_time: float,
+              routes: tuple[str, ...] = ("boxing", "cpu")) -> list[str]:
+    routes = tuple(r for r in routes if r in flagos.routing.providers())
     out = [(f"## per-op latency, 16x16 float32 (us per op; ratio route/native) on "
             f"{flagos.get_device_name(0)} vs {native}")]
     a_n, b_n = torch.randn(16, 16, device=native), torch.randn(16, 16, device=native)
@@ -231,6 +232,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--quick", action="store_true", help="shorter timings")
     p.add_argument("--only", default="alloc,copy,ops,layers,model")
+    p.add_argument("--routes", default="boxing,cpu",
+                   help="the routes the per-op section times (the CPU route of a CUDA HAL "
+                        "copies through the host: tens of seconds)")
     p.add_argument("--threads", type=int, default=0,
                    help="torch CPU threads for both sides (0: torch's default). On a loaded "
                         "machine 1 avoids OpenMP barriers waiting for a time slice")
@@ -244,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
           f"native reference {native}, {torch.get_num_threads()} CPU threads")
     sections = {"alloc": lambda: bench_alloc(native, min_time),
                 "copy": lambda: bench_copy(native, min_time),
-                "ops": lambda: bench_ops(native, min_time),
+                "ops": lambda: bench_ops(native, min_time, tuple(args.routes.split(","))),
                 "layers": lambda: bench_layers(native, min_time),
                 "model": lambda: bench_model(native, min_time, args.quick)}
     for name in args.only.split(","):
