@@ -29,16 +29,26 @@ class CompiledDeviceGuard {
   explicit CompiledDeviceGuard(int device) : device_(static_cast<c10::DeviceIndex>(device)) {}
 
   void enter() {
+    TORCH_CHECK(!entered_, "flagos: a compiled-code device guard cannot be entered twice");
     prev_ = current_device();
     if (prev_ != device_) set_current_device(device_);
     if (auto twin = device_twin(device_)) {
-      twin_impl_ = c10::impl::getDeviceGuardImpl(twin->type());
-      prev_twin_ = twin_impl_->exchangeDevice(*twin);
+      try {
+        twin_impl_ = c10::impl::getDeviceGuardImpl(twin->type());
+        prev_twin_ = twin_impl_->exchangeDevice(*twin);
+      } catch (...) {
+        twin_impl_ = nullptr;  // `with` does not call __exit__ when __enter__ raises
+        if (current_device() != prev_) set_current_device(prev_);
+        throw;
+      }
     }
+    entered_ = true;
   }
 
   void exit() {
+    entered_ = false;
     if (twin_impl_) twin_impl_->exchangeDevice(*prev_twin_);
+    twin_impl_ = nullptr;
     if (current_device() != prev_) set_current_device(prev_);
   }
 
@@ -47,6 +57,7 @@ class CompiledDeviceGuard {
   c10::DeviceIndex prev_ = -1;
   const c10::impl::DeviceGuardImplInterface* twin_impl_ = nullptr;
   std::optional<c10::Device> prev_twin_;
+  bool entered_ = false;
 };
 
 }  // namespace
@@ -59,14 +70,10 @@ void bind_compiled_code_helpers(pybind11::module& m) {
         c10::impl::getDeviceGuardImpl(kFlagos)->getStreamNativeHandle(stream));
   }, "The native handle of the current stream of flagos:d (a cudaStream_t on a CUDA HAL).");
   m.def("_empty_strided", [](std::vector<int64_t> size, std::vector<int64_t> stride,
-                             at::ScalarType dtype, int d) {
-    auto device = static_cast<c10::DeviceIndex>(d);
-    c10::DeviceIndex prev = current_device();
-    if (prev != device) set_current_device(device);  // the allocator serves the current one
-    at::Tensor t = at::detail::empty_strided_generic(
+                             at::ScalarType dtype, int d) -> at::Tensor {
+    CurrentDeviceScope on(static_cast<c10::DeviceIndex>(d));  // the allocator's device
+    return at::detail::empty_strided_generic(
         size, stride, device_allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), dtype);
-    if (prev != device) set_current_device(prev);
-    return t;
   }, "A flagos:d tensor of these sizes, strides and dtype (not through the dispatcher).");
   py::class_<CompiledDeviceGuard>(m, "_CompiledDeviceGuard")
       .def(py::init<int>())

@@ -5,18 +5,29 @@
 // that torch's CUDAAllocator interface (CMakeLists.txt checks); written for torch 2.11 and
 // 2.13, whose interfaces differ by the members under FLAGOS_TORCH_2_13.
 //
-// Where torch itself allocates outside c10::cuda::CUDACachingAllocator::get() (the
-// c10::GetAllocator(kCUDA) registry), results simply stay CUDA memory and are copied, as
-// without this allocator. recordStream of a flagos block from a CUDA kernel is forwarded
-// too, and the caching allocator skips blocks it does not own (a DataPtr with another
-// deleter): such a block is ordered by the flagos stream it was allocated on.
+// Only allocations on the scope's twin stream are served: a kernel's temporaries on a side
+// stream (which it may order with recordStream) stay CUDA memory. Where torch itself
+// allocates outside c10::cuda::CUDACachingAllocator::get() (the c10::GetAllocator(kCUDA)
+// registry: out= aliases' storages), results stay CUDA memory and are copied, as without
+// this allocator. recordStream of a flagos block is forwarded, and the caching allocator
+// skips blocks it does not own: such a block is ordered by the flagos stream it was
+// allocated on, the stream its kernel ran on.
+//
+// A wrapper must forward every virtual of the interface: one it missed would silently take
+// the base class's default for all CUDA work in the process (a no-op markCaptureBegin, for
+// one). A missing pure virtual fails to compile, a missing defaulted one would not, so the
+// wrapper is built only for the torch releases whose interface it was checked against.
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAStream.h>
 #include <torch/version.h>
 
 #include "aten/device_results.h"
 
-#define FLAGOS_TORCH_2_13 (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 13))
+#if !(TORCH_VERSION_MAJOR == 2 && (TORCH_VERSION_MINOR == 11 || TORCH_VERSION_MINOR == 13))
+#error "the CUDA results allocator was checked against the CUDAAllocator interface of torch 2.11 and 2.13 only"
+#endif
+#define FLAGOS_TORCH_2_13 (TORCH_VERSION_MINOR == 13)
 
 namespace flagos {
 namespace {
@@ -28,8 +39,21 @@ class CudaResultsAllocator final : public cca::CUDAAllocator {
   explicit CudaResultsAllocator(cca::CUDAAllocator* next) : next_(next) {}
 
   c10::DataPtr allocate(size_t n) override {
-    if (c10::DataPtr dp = allocate_device_result(n, c10::cuda::current_device())) return dp;
-    return next_->allocate(n);
+    const DeviceResultsScope* scope = active_device_results();  // nullptr: native work
+    if (scope == nullptr || n == 0 || c10::cuda::current_device() != scope->twin ||
+        c10::cuda::getCurrentCUDAStream(scope->twin).id() != scope->stream) {
+      return next_->allocate(n);
+    }
+    if (c10::DataPtr dp = allocate_device_result(*scope, n, /*may_free_cached=*/false)) {
+      return dp;
+    }
+    try {
+      return next_->allocate(n);
+    } catch (const c10::OutOfMemoryError&) {
+      // flagos' cached blocks may hold the memory CUDA could not get: free them and take
+      // flagos memory (flagos' own out-of-memory error, with its numbers, if still short).
+      return allocate_device_result(*scope, n, /*may_free_cached=*/true);
+    }
   }
   c10::DeleterFnPtr raw_deleter() const override { return next_->raw_deleter(); }
   void copy_data(void* dest, const void* src, std::size_t count) const override {

@@ -55,8 +55,10 @@ def test_functional_op_runs_the_cuda_kernel_once() -> None:
     a, b = torch.randn(64, 64), torch.randn(64, 64)
     da, db = a.to("flagos"), b.to("flagos")
     flagos.routing.reset_stats()
+    before_cuda = _cuda_allocations()
     with flagos.routing.override({"default": ["boxing"]}):
         got = torch.relu(da + db)
+    assert _cuda_allocations() == before_cuda  # both results made in flagos memory
     torch.testing.assert_close(got.cpu(), torch.relu(a + b))
     stats = flagos.routing.stats()
     # the functional forms reach the twin (their result allocated in flagos memory), not
@@ -67,6 +69,9 @@ def test_functional_op_runs_the_cuda_kernel_once() -> None:
 
 
 def test_native_cuda_work_keeps_the_cuda_allocator() -> None:
+    # also right after a twin kernel that raised: its scope ended with it
+    with pytest.raises(RuntimeError, match="size of tensor"):
+        torch.ones(3, device="flagos") + torch.ones(4, device="flagos")
     before_flagos = torch.flagos.memory_allocated()
     before_cuda = _cuda_allocations()
     native = torch.randn(256, 256, device="cuda") @ torch.randn(256, 256, device="cuda")
@@ -77,16 +82,23 @@ def test_native_cuda_work_keeps_the_cuda_allocator() -> None:
 
 def test_native_cuda_thread_beside_flagos_ops() -> None:
     # Another thread's CUDA allocations stay CUDA memory while this one runs flagos ops.
+    # A flagos block would be a CUDA tensor too: what tells them apart is that the CUDA
+    # caching allocator counts each of the native thread's allocations (the flagos thread
+    # makes none).
     errors: list[BaseException] = []
     stop = threading.Event()
+    native_allocs = [0]
 
     def native_loop() -> None:
         try:
             while not stop.is_set():
                 t = torch.ones(1024, device="cuda") * 2
                 assert t.device.type == "cuda" and float(t.sum()) == 2048.0
+                native_allocs[0] += 3  # ones, the product, the sum
         except BaseException as e:  # noqa: BLE001 - reported below
             errors.append(e)
+
+    before_cuda = _cuda_allocations()
 
     th = threading.Thread(target=native_loop)
     th.start()
@@ -100,3 +112,5 @@ def test_native_cuda_thread_beside_flagos_ops() -> None:
         stop.set()
         th.join()
     assert not errors, errors
+    assert native_allocs[0] > 0
+    assert _cuda_allocations() - before_cuda >= native_allocs[0]

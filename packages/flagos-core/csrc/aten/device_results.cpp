@@ -13,12 +13,7 @@ bool install_cuda_results_allocator();  // csrc_cuda/cuda_results_allocator.cpp
 #endif
 
 namespace {
-// The active scope of this thread: flagos device and its CUDA twin, -1 outside scopes.
-struct Scope {
-  c10::DeviceIndex device = -1;
-  c10::DeviceIndex twin = -1;
-};
-thread_local Scope t_scope;
+thread_local DeviceResultsScope t_scope;
 }  // namespace
 
 bool install_device_results_allocator() {
@@ -35,26 +30,33 @@ bool install_device_results_allocator() {
 #endif
 }
 
-DeviceResultsOnFlagos::DeviceResultsOnFlagos(c10::DeviceIndex device, c10::DeviceIndex twin)
-    : previous_device_(t_scope.device), previous_twin_(t_scope.twin) {
-  t_scope = Scope{device, twin};
+DeviceResultsOnFlagos::DeviceResultsOnFlagos(c10::DeviceIndex device, c10::DeviceIndex twin,
+                                             c10::StreamId stream)
+    : previous_device_(t_scope.device), previous_twin_(t_scope.twin),
+      previous_stream_(t_scope.stream) {
+  t_scope = DeviceResultsScope{device, twin, stream};
 }
 
 DeviceResultsOnFlagos::~DeviceResultsOnFlagos() {
-  t_scope = Scope{previous_device_, previous_twin_};
+  t_scope = DeviceResultsScope{previous_device_, previous_twin_, previous_stream_};
 }
 
-c10::DataPtr allocate_device_result(size_t n, c10::DeviceIndex cuda_device) {
-  const Scope& scope = t_scope;
-  if (scope.device < 0 || scope.twin != cuda_device || n == 0) return c10::DataPtr();
-  c10::DataPtr flagos = try_allocate_on_device(scope.device, n);
+const DeviceResultsScope* active_device_results() {
+  const DeviceResultsScope& scope = t_scope;
+  return scope.device >= 0 ? &scope : nullptr;
+}
+
+c10::DataPtr allocate_device_result(const DeviceResultsScope& scope, size_t n,
+                                    bool may_free_cached) {
+  c10::DataPtr flagos = may_free_cached ? allocate_on_device(scope.device, n)
+                                        : try_allocate_on_device(scope.device, n);
   if (!flagos) return c10::DataPtr();
   // The same block, context and deleter, seen as memory of the CUDA device: the kernel's
   // tensor is a CUDA tensor, and freeing it (a temporary) frees the flagos block.
   void* ptr = flagos.get();
   c10::DeleterFnPtr deleter = flagos.get_deleter();
   void* ctx = flagos.release_context();
-  return c10::DataPtr(ptr, ctx, deleter, c10::Device(c10::DeviceType::CUDA, cuda_device));
+  return c10::DataPtr(ptr, ctx, deleter, c10::Device(c10::DeviceType::CUDA, scope.twin));
 }
 
 std::optional<at::Tensor> adopt_device_result(const at::Tensor& t, c10::DeviceIndex device) {

@@ -31,16 +31,6 @@ c10::DeviceIndex device_or_current(std::optional<c10::Device> device) {
   return current_device();
 }
 
-struct SetDevice {
-  explicit SetDevice(c10::DeviceIndex d) : prev(current_device()) {
-    if (d != prev) set_current_device(d);
-  }
-  ~SetDevice() {
-    if (current_device() != prev) set_current_device(prev);
-  }
-  c10::DeviceIndex prev;
-};
-
 at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarType> dtype,
                                std::optional<at::Layout> layout, std::optional<at::Device> device,
                                std::optional<bool> pin_memory,
@@ -48,7 +38,7 @@ at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarTy
   TORCH_CHECK(!pin_memory.value_or(false), "flagos: only CPU tensors can be pinned");
   TORCH_CHECK(layout.value_or(at::kStrided) == at::kStrided,
               "flagos: only strided tensors are supported, got layout ", *layout);
-  SetDevice guard(device_or_current(device));
+  CurrentDeviceScope guard(device_or_current(device));
   return at::detail::empty_generic(size, device_allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
                                    c10::dtype_or_default(dtype), memory_format);
 }
@@ -57,7 +47,7 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
                          std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
                          std::optional<at::Device> device, std::optional<bool> pin_memory) {
   TORCH_CHECK(!pin_memory.value_or(false), "flagos: only CPU tensors can be pinned");
-  SetDevice guard(device_or_current(device));
+  CurrentDeviceScope guard(device_or_current(device));
   return at::detail::empty_strided_generic(size, stride, device_allocator(),
                                            c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
                                            c10::dtype_or_default(dtype));
@@ -78,7 +68,7 @@ const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef sym_size,
   if (fmt != at::MemoryFormat::Preserve) impl->empty_tensor_restride(fmt);
   size_t needed = storage_bytes_needed(self);
   if (needed > self.storage().nbytes()) {
-    SetDevice guard(self.device().index());
+    CurrentDeviceScope guard(self.device().index());
     resize_storage_bytes(self.storage(), needed);
   }
   return self;
@@ -123,7 +113,7 @@ at::Tensor& set_source_tensor(at::Tensor& self, const at::Tensor& src) {
 }
 
 at::Tensor& set_empty(at::Tensor& self) {
-  SetDevice guard(self.device().index());
+  CurrentDeviceScope guard(self.device().index());
   c10::Storage storage(c10::Storage::use_byte_size_t(), 0, device_allocator(), true);
   return set_storage(self, std::move(storage), 0, {0}, {1});
 }

@@ -22,6 +22,11 @@ void check_supported_result(const at::Tensor& t, const c10::OperatorHandle* op) 
       " tensor; flagos supports only strided, non-quantized tensors (layout not supported)");
 }
 
+// Compared per call: the namespace prefix of the operator's name.
+bool is_aten(const c10::OperatorHandle& op) {
+  return op.operator_name().name.compare(0, 6, "aten::") == 0;
+}
+
 }  // namespace
 
 bool is_optional_generator(const c10::Argument& arg) {
@@ -127,8 +132,12 @@ TwinCall::KernelScope::KernelScope(const TwinCall& call) {
   // The kernel's own allocations (its results) land in flagos memory: no copy after.
   if (call.twin_ == c10::DeviceType::CPU) {
     if (install_host_results_allocator()) host_results_.emplace(call.device_);
-  } else if (install_device_results_allocator()) {
-    device_results_.emplace(call.device_, call.twin_index(call.device_));
+  } else if (call.op_ && is_aten(*call.op_) && install_device_results_allocator()) {
+    // ATen's kernels only: an extension's kernel may allocate with raw_allocate, which
+    // requires a context the flagos DataPtr does not have (aten/device_results.h).
+    c10::Device twin(call.twin_, call.twin_index(call.device_));
+    device_results_.emplace(call.device_, twin.index(),
+                            c10::impl::getDeviceGuardImpl(call.twin_)->getStream(twin).id());
   }
 }
 

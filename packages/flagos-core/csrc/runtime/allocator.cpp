@@ -581,6 +581,9 @@ c10::DeviceAllocator* device_allocator() { return &FlagosAllocator::instance(); 
 c10::DataPtr try_allocate_on_device(c10::DeviceIndex device, size_t n) {
   return FlagosAllocator::instance().allocate_on(device, n, /*may_fail=*/true);
 }
+c10::DataPtr allocate_on_device(c10::DeviceIndex device, size_t n) {
+  return FlagosAllocator::instance().allocate_on(device, n);
+}
 bool is_flagos_data_ptr(const c10::DataPtr& data_ptr) {
   return FlagosAllocator::instance().owns(data_ptr);
 }

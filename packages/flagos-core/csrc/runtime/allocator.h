@@ -21,6 +21,9 @@ c10::DeviceAllocator* device_allocator();
 // Allocates on flagos:`device` (on its current stream) whatever the current device is, if
 // that fits without freeing cached memory; an empty DataPtr (no error, no OOM counted) else.
 c10::DataPtr try_allocate_on_device(c10::DeviceIndex device, size_t n);
+// Allocates on flagos:`device` whatever the current device is, freeing cached blocks where
+// needed, raising torch.OutOfMemoryError (with the numbers) if that is not enough.
+c10::DataPtr allocate_on_device(c10::DeviceIndex device, size_t n);
 // Whether a DataPtr came from the flagos allocator (whatever device it is now tagged with).
 bool is_flagos_data_ptr(const c10::DataPtr& data_ptr);
 // Statistics of one device as name -> value, in the key style of torch.cuda.memory_stats().

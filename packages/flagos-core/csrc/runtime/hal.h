@@ -57,6 +57,23 @@ std::optional<c10::DeviceIndex> device_of_pointer(const void* ptr);
 c10::DeviceIndex current_device();
 void set_current_device(c10::DeviceIndex index);
 
+// Makes flagos:`device` this thread's current device until the end of the scope (also when
+// it ends by an exception), then the previous one again.
+class CurrentDeviceScope {
+ public:
+  explicit CurrentDeviceScope(c10::DeviceIndex device) : prev_(current_device()) {
+    if (device != prev_) set_current_device(device);
+  }
+  ~CurrentDeviceScope() {
+    if (current_device() != prev_) set_current_device(prev_);
+  }
+  CurrentDeviceScope(const CurrentDeviceScope&) = delete;
+  CurrentDeviceScope& operator=(const CurrentDeviceScope&) = delete;
+
+ private:
+  c10::DeviceIndex prev_;
+};
+
 [[noreturn]] void throw_hal_error(const flagos_hal_table_t& hal, flagos_status_t st,
                                   const char* call, const char* file, int line);
 
