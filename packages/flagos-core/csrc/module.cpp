@@ -7,6 +7,7 @@
 
 #include "aten/alias.h"
 #include "aten/device_results.h"
+#include "aten/host_results.h"
 #include "compiled_code.h"
 #include "dispatch/dispatcher.h"
 #include "runtime/allocator.h"
@@ -77,10 +78,16 @@ PYBIND11_MODULE(_C, m) {
   m.def("_init_hals", &flagos::init_hals, py::arg("paths"));
   m.def("_hals_initialized", &flagos::hals_initialized);
   m.def("_hal_info", &hal_info);
+  // Whether the twin kernels of flagos:d allocate their results in flagos memory (host
+  // results on a CPU twin, device results on a device twin), installing what serves them.
+  m.def("_device_results", [](int d) {
+    auto twin = flagos::twin_device_type(static_cast<c10::DeviceIndex>(d));
+    if (!twin) return false;
+    return *twin == c10::DeviceType::CPU ? flagos::install_host_results_allocator()
+                                         : flagos::device_results_on(*twin);
+  }, py::arg("d") = 0);
   // The twin device the engines use for a device ("cpu", "cuda" or "none"): the HAL's
   // native device unless FLAGOS_NO_HOST_ALIAS makes every HAL count as opaque.
-  // Whether CUDA-twin kernels allocate their results in flagos memory (device_results.h).
-  m.def("_device_results", [] { return flagos::install_device_results_allocator(); });
   m.def("_twin_device", [](int d) -> std::string {
     auto twin = flagos::twin_device_type(static_cast<c10::DeviceIndex>(d));
     if (!twin) return "none";

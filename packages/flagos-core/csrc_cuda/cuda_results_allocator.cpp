@@ -1,9 +1,10 @@
 // The CUDA side of device results (csrc/aten/device_results.h): an allocator that wraps
 // torch's CUDA caching allocator. Every call is forwarded to the wrapped allocator, except
 // allocate() inside a DeviceResultsOnFlagos scope on its twin device, which takes flagos
-// memory. Built only against a torch with CUDA, and only where this file compiles against
-// that torch's CUDAAllocator interface (CMakeLists.txt checks); written for torch 2.11 and
-// 2.13, whose interfaces differ by the members under FLAGOS_TORCH_2_13.
+// memory. It registers itself as CUDA's device-results installer; built only against a
+// torch with CUDA, and only where this file compiles against that torch's CUDAAllocator
+// interface (CMakeLists.txt checks); written for torch 2.11 and 2.13, whose interfaces
+// differ by the members under FLAGOS_TORCH_2_13.
 //
 // Only allocations on the scope's twin stream are served: a kernel's temporaries on a side
 // stream (which it may order with recordStream) stay CUDA memory. Where torch itself
@@ -40,8 +41,9 @@ class CudaResultsAllocator final : public cca::CUDAAllocator {
 
   c10::DataPtr allocate(size_t n) override {
     const DeviceResultsScope* scope = active_device_results();  // nullptr: native work
-    if (scope == nullptr || n == 0 || c10::cuda::current_device() != scope->twin ||
-        c10::cuda::getCurrentCUDAStream(scope->twin).id() != scope->stream) {
+    if (scope == nullptr || n == 0 || scope->twin.type() != c10::DeviceType::CUDA ||
+        c10::cuda::current_device() != scope->twin.index() ||
+        c10::cuda::getCurrentCUDAStream(scope->twin.index()).id() != scope->stream) {
       return next_->allocate(n);
     }
     if (c10::DataPtr dp = allocate_device_result(*scope, n, /*may_free_cached=*/false)) {
@@ -185,9 +187,7 @@ class CudaResultsAllocator final : public cca::CUDAAllocator {
   cca::CUDAAllocator* next_;
 };
 
-}  // namespace
-
-bool install_cuda_results_allocator() {
+bool install() {
   cca::CUDAAllocator* current = cca::get();
   if (current == nullptr) return false;
   // Never freed: torch's CUDA code holds the pointer (tensors' storages keep it) until exit.
@@ -196,4 +196,9 @@ bool install_cuda_results_allocator() {
   return true;
 }
 
+// At library load, as CMake builds this file into flagos' core only against a CUDA torch.
+[[maybe_unused]] const bool g_registered =
+    register_device_results_installer(c10::DeviceType::CUDA, &install);
+
+}  // namespace
 }  // namespace flagos

@@ -12,9 +12,10 @@ Generated code follows the HAL's native twin:
 
 Buffers are allocated by the wrapper with ``empty_strided_flagos(sizes, strides, dtype, N)``
 (flagos._C._empty_strided): the flagos caching allocator, in one C++ call, as
-``empty_strided_cuda`` is for CUDA; the device guard and the raw stream of kernel
-launches are single C++ calls too (flagos._C._CompiledDeviceGuard, _current_raw_stream). Ops Inductor does not generate code for (extern kernels, fallbacks)
-are plain ATen calls on flagos tensors and go through the flagos routing dispatcher.
+``empty_strided_cuda`` is for CUDA; the device guard and the raw stream of kernel launches
+are single C++ calls too (flagos._C._CompiledDeviceGuard, _current_raw_stream). Ops
+Inductor does not generate code for (extern kernels, fallbacks) are plain ATen calls on
+flagos tensors and go through the flagos routing dispatcher.
 """
 
 from __future__ import annotations

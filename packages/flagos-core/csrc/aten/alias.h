@@ -56,12 +56,11 @@ class TwinStreamGuard {
  public:
   TwinStreamGuard(c10::Device twin, const c10::Stream& flagos_stream)
       : impl_(c10::impl::getDeviceGuardImpl(twin.type())),
+        twin_stream_(static_cast<c10::StreamId>(reinterpret_cast<intptr_t>(
+            c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1)
+                ->getStreamNativeHandle(flagos_stream)))),
         prev_device_(impl_->exchangeDevice(twin)),
-        prev_stream_(impl_->exchangeStream(c10::Stream(
-            c10::Stream::UNSAFE, twin,
-            static_cast<c10::StreamId>(reinterpret_cast<intptr_t>(
-                c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1)
-                    ->getStreamNativeHandle(flagos_stream)))))) {}
+        prev_stream_(impl_->exchangeStream(c10::Stream(c10::Stream::UNSAFE, twin, twin_stream_))) {}
   ~TwinStreamGuard() {
     impl_->exchangeStream(prev_stream_);
     impl_->exchangeDevice(prev_device_);
@@ -69,8 +68,12 @@ class TwinStreamGuard {
   TwinStreamGuard(const TwinStreamGuard&) = delete;
   TwinStreamGuard& operator=(const TwinStreamGuard&) = delete;
 
+  // The id of the twin stream made current (the one the twin's kernels now run on).
+  c10::StreamId twin_stream() const { return twin_stream_; }
+
  private:
   const c10::impl::DeviceGuardImplInterface* impl_;
+  c10::StreamId twin_stream_;
   c10::Device prev_device_;
   c10::Stream prev_stream_;
 };

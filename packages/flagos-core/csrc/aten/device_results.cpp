@@ -1,6 +1,9 @@
 #include "aten/device_results.h"
 
+#include <array>
+#include <atomic>
 #include <cstdlib>
+#include <mutex>
 #include <string>
 
 #include "aten/result_adoption.h"
@@ -8,38 +11,44 @@
 
 namespace flagos {
 
-#ifdef FLAGOS_CUDA_RESULTS
-bool install_cuda_results_allocator();  // csrc_cuda/cuda_results_allocator.cpp
-#endif
-
 namespace {
 thread_local DeviceResultsScope t_scope;
+
+struct TwinResults {
+  std::atomic<DeviceResultsInstaller> install{nullptr};
+  std::once_flag once;
+  bool on = false;
+};
+constexpr size_t kDeviceTypes = static_cast<size_t>(c10::DeviceType::COMPILE_TIME_MAX_DEVICE_TYPES);
+// Leaked: installers register from static initializers, which may run before this file's.
+std::array<TwinResults, kDeviceTypes>& twin_results() {
+  static auto* table = new std::array<TwinResults, kDeviceTypes>();
+  return *table;
+}
 }  // namespace
 
-bool install_device_results_allocator() {
-#ifdef FLAGOS_CUDA_RESULTS
-  static const bool installed = [] {
-    // FLAGOS_DEVICE_RESULTS=0: leave torch's CUDA allocator alone (results are copied).
+bool register_device_results_installer(c10::DeviceType twin, DeviceResultsInstaller install) {
+  twin_results()[static_cast<size_t>(twin)].install.store(install);
+  return true;
+}
+
+bool device_results_on(c10::DeviceType twin) {
+  TwinResults& t = twin_results()[static_cast<size_t>(twin)];
+  std::call_once(t.once, [&t] {
+    // FLAGOS_DEVICE_RESULTS=0: leave the twin's allocator alone (results are copied).
     const char* env = std::getenv("FLAGOS_DEVICE_RESULTS");
-    if (env && std::string(env) == "0") return false;
-    return install_cuda_results_allocator();
-  }();
-  return installed;
-#else
-  return false;
-#endif
+    DeviceResultsInstaller install = t.install.load();
+    t.on = install && !(env && std::string(env) == "0") && install();
+  });
+  return t.on;
 }
 
-DeviceResultsOnFlagos::DeviceResultsOnFlagos(c10::DeviceIndex device, c10::DeviceIndex twin,
-                                             c10::StreamId stream)
-    : previous_device_(t_scope.device), previous_twin_(t_scope.twin),
-      previous_stream_(t_scope.stream) {
-  t_scope = DeviceResultsScope{device, twin, stream};
+DeviceResultsOnFlagos::DeviceResultsOnFlagos(const DeviceResultsScope& scope)
+    : previous_(t_scope) {
+  t_scope = scope;
 }
 
-DeviceResultsOnFlagos::~DeviceResultsOnFlagos() {
-  t_scope = DeviceResultsScope{previous_device_, previous_twin_, previous_stream_};
-}
+DeviceResultsOnFlagos::~DeviceResultsOnFlagos() { t_scope = previous_; }
 
 const DeviceResultsScope* active_device_results() {
   const DeviceResultsScope& scope = t_scope;
@@ -51,12 +60,12 @@ c10::DataPtr allocate_device_result(const DeviceResultsScope& scope, size_t n,
   c10::DataPtr flagos = may_free_cached ? allocate_on_device(scope.device, n)
                                         : try_allocate_on_device(scope.device, n);
   if (!flagos) return c10::DataPtr();
-  // The same block, context and deleter, seen as memory of the CUDA device: the kernel's
-  // tensor is a CUDA tensor, and freeing it (a temporary) frees the flagos block.
+  // The same block, context and deleter, seen as memory of the twin device: the kernel's
+  // tensor is a twin tensor, and freeing it (a temporary) frees the flagos block.
   void* ptr = flagos.get();
   c10::DeleterFnPtr deleter = flagos.get_deleter();
   void* ctx = flagos.release_context();
-  return c10::DataPtr(ptr, ctx, deleter, c10::Device(c10::DeviceType::CUDA, scope.twin));
+  return c10::DataPtr(ptr, ctx, deleter, scope.twin);
 }
 
 std::optional<at::Tensor> adopt_device_result(const at::Tensor& t, c10::DeviceIndex device) {

@@ -14,9 +14,10 @@
 // block's is the block), so extension ops' results are copied as before. Only allocations
 // on the kernel's own (twin) stream are served.
 //
-// The CUDA side is an allocator that wraps the CUDA caching allocator (csrc_cuda/), built
-// only against a torch with CUDA; without it install_device_results_allocator() is false
-// and results are copied.
+// Nothing here is CUDA's: a twin device type gets device results when an allocator for it
+// registers an installer (register_device_results_installer). CUDA's wraps torch's CUDA
+// caching allocator (csrc_cuda/); CMake builds it in only against a torch with CUDA.
+// Without an installer, device_results_on() is false and results are copied.
 #pragma once
 
 #include <ATen/Tensor.h>
@@ -26,39 +27,43 @@
 
 namespace flagos {
 
-// Installs the CUDA allocator that serves DeviceResultsOnFlagos scopes (once; it forwards
-// everything to the previous CUDA allocator outside a scope). False where flagos was built
-// without CUDA support.
-bool install_device_results_allocator();
+// Installs, once, the allocator that serves DeviceResultsOnFlagos scopes on twin device
+// type `twin` (it forwards everything to the twin's own allocator outside a scope); false
+// where none is registered for it, or with FLAGOS_DEVICE_RESULTS=0.
+bool device_results_on(c10::DeviceType twin);
 
-// While alive, this thread's CUDA allocations on CUDA device `twin` and its current stream
-// `stream` (the twin stream under the current flagos stream, where the kernel runs) come
-// from flagos `device`'s allocator, on that flagos stream.
+// Registered by a twin's results allocator at library load: installs it, and says whether
+// it took.
+using DeviceResultsInstaller = bool (*)();
+bool register_device_results_installer(c10::DeviceType twin, DeviceResultsInstaller install);
+
+struct DeviceResultsScope {
+  c10::DeviceIndex device = -1;            // flagos device, -1 outside scopes
+  c10::Device twin{c10::DeviceType::CPU};  // its twin device
+  c10::StreamId stream = 0;                // the twin stream the kernel runs on
+};
+
+// While alive, this thread's allocations on the `scope`'s twin device and stream (the twin
+// stream under the current flagos stream, where the kernel runs) come from its flagos
+// device's allocator, on that flagos stream.
 class DeviceResultsOnFlagos {
  public:
-  DeviceResultsOnFlagos(c10::DeviceIndex device, c10::DeviceIndex twin, c10::StreamId stream);
+  explicit DeviceResultsOnFlagos(const DeviceResultsScope& scope);
   ~DeviceResultsOnFlagos();
   DeviceResultsOnFlagos(const DeviceResultsOnFlagos&) = delete;
   DeviceResultsOnFlagos& operator=(const DeviceResultsOnFlagos&) = delete;
 
  private:
-  c10::DeviceIndex previous_device_;
-  c10::DeviceIndex previous_twin_;
-  c10::StreamId previous_stream_;
+  DeviceResultsScope previous_;
 };
 
-struct DeviceResultsScope {
-  c10::DeviceIndex device = -1;  // flagos device, -1 outside scopes
-  c10::DeviceIndex twin = -1;    // its CUDA device
-  c10::StreamId stream = 0;      // the CUDA stream the kernel runs on
-};
-// This thread's active scope, nullptr outside scopes: what the CUDA allocator asks first.
+// This thread's active scope, nullptr outside scopes: what a twin's allocator asks first.
 const DeviceResultsScope* active_device_results();
 
-// For the CUDA allocator, inside `scope` on its twin device and stream: n > 0 bytes of
-// flagos memory as a DataPtr of the twin CUDA device. Without `may_free_cached`, an empty
+// For a twin's allocator, inside `scope` on its twin device and stream: n > 0 bytes of
+// flagos memory as a DataPtr of the twin device. Without `may_free_cached`, an empty
 // DataPtr where that does not fit without freeing flagos' cached blocks (the caller then
-// asks the CUDA allocator, as without the scope); with it, flagos' cache is freed first
+// asks the twin's allocator, as without the scope); with it, flagos' cache is freed first
 // and a flagos out-of-memory error raised if that is not enough.
 c10::DataPtr allocate_device_result(const DeviceResultsScope& scope, size_t n,
                                     bool may_free_cached);

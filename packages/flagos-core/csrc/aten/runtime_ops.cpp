@@ -12,6 +12,8 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/library.h>
 
+#include "aten/runtime_ops.h"
+
 #include "aten/alias.h"
 #include "aten/copy.h"
 #include "runtime/allocator.h"
@@ -19,6 +21,13 @@
 #include "runtime/stream.h"
 
 namespace flagos {
+
+at::Tensor empty_strided_on(c10::IntArrayRef size, c10::IntArrayRef stride, at::ScalarType dtype,
+                            c10::DeviceIndex device) {
+  CurrentDeviceScope guard(device);  // the allocator serves the current device
+  return at::detail::empty_strided_generic(size, stride, device_allocator(),
+                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), dtype);
+}
 
 void record_data_ptr_on_stream(const c10::DataPtr& data_ptr, const c10::Stream& stream);
 
@@ -47,10 +56,7 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
                          std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
                          std::optional<at::Device> device, std::optional<bool> pin_memory) {
   TORCH_CHECK(!pin_memory.value_or(false), "flagos: only CPU tensors can be pinned");
-  CurrentDeviceScope guard(device_or_current(device));
-  return at::detail::empty_strided_generic(size, stride, device_allocator(),
-                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-                                           c10::dtype_or_default(dtype));
+  return empty_strided_on(size, stride, c10::dtype_or_default(dtype), device_or_current(device));
 }
 
 size_t storage_bytes_needed(const at::Tensor& t) {

@@ -11,10 +11,10 @@
 // route on the tensors' device starts with the twin engine (dispatcher.h, twin_route), it
 // aliases the arguments without copying them (TwinCall, borrowed) and calls the twin's
 // kernel directly: for a structured op the functional kernel itself, whose result is
-// allocated in flagos memory (aten/host_results.h, aten/device_results.h). Otherwise it does what torch
-// would have done without it: the composite kernel for structured functional and in-place
-// ops (so routes and providers see the same out= ops as before), the boxed fallback for
-// the rest. Results, stats and errors are those of the boxed route.
+// allocated in flagos memory (aten/host_results.h, aten/device_results.h). Otherwise it
+// does what torch would have done without it: the composite kernel for structured
+// functional and in-place ops (so routes and providers see the same out= ops as before),
+// the boxed fallback for the rest. Results, stats and errors are those of the boxed route.
 #include <ATen/CompositeExplicitAutogradNonFunctionalFunctions.h>
 #include <ATen/Operators.h>
 #include <ATen/ops/relu_native.h>
@@ -169,7 +169,7 @@ struct FastKernel<Op, Composite, OutOp, OnDeviceTwin, Ret(Args...)> {
     // copied: a structured op keeps the composite, which allocates a flagos result and
     // calls the out= op.
     if (route && route->twin != c10::DeviceType::CPU && !std::is_reference_v<Ret> &&
-        !install_device_results_allocator()) {
+        !device_results_on(route->twin)) {
       if constexpr (Composite != nullptr) {
         return (*Composite)(std::forward<Args>(args)...);
       } else if constexpr (!std::is_void_v<OnDeviceTwin>) {
@@ -192,7 +192,7 @@ struct FastKernel<Op, Composite, OutOp, OnDeviceTwin, Ret(Args...)> {
     // Braced initialization aliases the arguments left to right, before enter().
     std::tuple<decltype(to_kernel(twin_call, args))...> on_twin{to_kernel(twin_call, args)...};
     twin_call.enter();
-    // Until the call returns: fresh results are adopted inside it (aten/host_results.h).
+    // Until the call returns: fresh results are adopted inside it (host/device results).
     TwinCall::KernelScope scope(twin_call);
     Ret result = std::apply(
         [&](auto&&... a) -> decltype(auto) {

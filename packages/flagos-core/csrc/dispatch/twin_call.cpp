@@ -132,12 +132,13 @@ TwinCall::KernelScope::KernelScope(const TwinCall& call) {
   // The kernel's own allocations (its results) land in flagos memory: no copy after.
   if (call.twin_ == c10::DeviceType::CPU) {
     if (install_host_results_allocator()) host_results_.emplace(call.device_);
-  } else if (call.op_ && is_aten(*call.op_) && install_device_results_allocator()) {
+  } else if (call.on_flagos_stream_ && call.op_ && is_aten(*call.op_) &&
+             device_results_on(call.twin_)) {
     // ATen's kernels only: an extension's kernel may allocate with raw_allocate, which
     // requires a context the flagos DataPtr does not have (aten/device_results.h).
-    c10::Device twin(call.twin_, call.twin_index(call.device_));
-    device_results_.emplace(call.device_, twin.index(),
-                            c10::impl::getDeviceGuardImpl(call.twin_)->getStream(twin).id());
+    device_results_.emplace(DeviceResultsScope{
+        call.device_, c10::Device(call.twin_, call.twin_index(call.device_)),
+        call.on_flagos_stream_->twin_stream()});
   }
 }
 
