@@ -22,6 +22,10 @@ nox.options.reuse_existing_virtualenvs = False
 # The CPU machines take this build from local disk; newer ranges pull a CUDA build.
 TORCH_CPU = "torch==2.13.0"
 BUILD_TOOLS = ["scikit-build-core>=0.10", "ninja", "pytest", "numpy", "expecttest"]
+# Triton for the gems provider's tests on sim (its interpreter, on CPU tensors), and
+# FlagGems with the one dependency it imports that a CUDA machine may lack.
+TRITON_CPU = "triton==3.6.0"
+FLAG_GEMS_CUDA = ["flag-gems>=5.0.2,<5.1", "sqlalchemy>=2.0"]
 
 # Install order follows the dependency graph; every package is a separate wheel.
 PACKAGES = [
@@ -84,6 +88,12 @@ def _prepare(session: nox.Session, hw: str | None = None) -> str:
 def tests(session: nox.Session, hw: str) -> None:
     """Every package's tests and the integration tests on the sim (or cuda) HAL."""
     _prepare(session, hw)
+    # The gems provider's tests: Triton (its interpreter runs their kernels on sim; the GPU
+    # machine's torch brings it) and, on CUDA, FlagGems without its pinned dependencies.
+    if hw == "sim":
+        session.install(TRITON_CPU)
+    else:
+        session.install("--no-deps", *FLAG_GEMS_CUDA)
     env = {"FLAGOS_TEST_HW": hw, "FLAGOS_HAL": hw}
     session.run("python", "-m", "flagos_hal.conformance", "--hal", hw, env=env)
     if hw == "sim":
@@ -148,3 +158,6 @@ def bench(session: nox.Session) -> None:
         # all_reduce bus bandwidth, ProcessGroupFlagOS vs ProcessGroupNCCL (needs 2 GPUs).
         session.run("python", "packages/flagos-distributed/benchmarks/allreduce_bw.py",
                     "--gpus", "2")
+        # FlagGems through flagos (gems) vs FlagGems itself vs native; skips itself when
+        # FlagGems is not installed.
+        session.run("python", "packages/flagos-ops-gems/benchmarks/gems_bench.py")

@@ -27,16 +27,20 @@ twins so that cudnn and cuBLAS compute in float32.
 
 Ops run in worker subprocesses (a crash or a hang costs one OpInfo, reported as failed).
 
-    python integration_tests/opinfo_sweep.py [--route cpu|boxing|twin|...] [--ops name,...]
-        [--max-samples N] [--dtype float32] [--jobs J] [--json out.json]
+    python integration_tests/opinfo_sweep.py [--route cpu|boxing|twin|gems,boxing|...]
+        [--ops name,...] [--max-samples N] [--dtype float32] [--jobs J] [--json out.json]
 
 ``--route twin`` registers the core's twin engine as a provider named ``twin`` (what the
-boxing package does under the name ``boxing``), for use without that package.
+boxing package does under the name ``boxing``), for use without that package. A route of
+several providers (``gems,boxing``) forces that chain. ``--route flaggems-cuda`` is the
+reference for the gems provider: no flagos at all, the samples on plain CUDA tensors with
+``flag_gems.enable()`` (FlagGems' kernels registered on the CUDA key), against the CPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
@@ -68,10 +72,19 @@ def _full_fp32_on_cuda() -> None:
     torch.backends.cuda.matmul.allow_tf32 = False
 
 
-def _setup_route(route: str) -> None:
-    import flagos
+FLAGGEMS_CUDA = "flaggems-cuda"
+_DEV = ["flagos"]  # the device type the samples run on: flagos, or cuda for FLAGGEMS_CUDA
 
+
+def _setup_route(route: str) -> None:
     _full_fp32_on_cuda()
+    if route == FLAGGEMS_CUDA:
+        import flag_gems
+
+        _DEV[0] = "cuda"
+        flag_gems.enable()
+        return
+    import flagos
 
     if route == "twin" and "twin" not in flagos.routing.providers():
         from flagos import _C
@@ -82,9 +95,10 @@ def _setup_route(route: str) -> None:
 
         _C._register_provider("twin", "twin")
         flagos.routing.register_provider(TwinProvider())
-    if route not in flagos.routing.providers():
-        raise SystemExit(f"provider {route!r} is not installed; installed: "
-                         f"{sorted(flagos.routing.providers())}")
+    for name in route.split(","):
+        if name not in flagos.routing.providers():
+            raise SystemExit(f"provider {name!r} is not installed; installed: "
+                             f"{sorted(flagos.routing.providers())}")
 
 
 def op_key(op) -> str:
@@ -97,18 +111,18 @@ def _to_flagos(x):
     if isinstance(x, torch.Tensor):
         if x.layout != torch.strided:
             raise _Unsupported(f"layout {x.layout}")
-        t = x.detach().to("flagos")
+        t = x.detach().to(_DEV[0])
         if x.requires_grad:
             t.requires_grad_(True)
         return t
     if isinstance(x, torch.device) and x.type == "cpu":
-        return torch.device("flagos")
+        return torch.device(_DEV[0])
     if isinstance(x, list):
         return [_to_flagos(e) for e in x]
     if isinstance(x, tuple):
         return tuple(_to_flagos(e) for e in x)
     if isinstance(x, dict):
-        return {k: ("flagos" if k == "device" and v == "cpu" else _to_flagos(v))
+        return {k: (_DEV[0] if k == "device" and v == "cpu" else _to_flagos(v))
                 for k, v in x.items()}
     return x
 
@@ -173,11 +187,11 @@ def _mentions_flagos(x) -> bool:
     import torch
 
     if isinstance(x, torch.Tensor):
-        return x.device.type == "flagos"
+        return x.device.type == _DEV[0]
     if isinstance(x, str):
-        return x.startswith("flagos")
+        return x.startswith(_DEV[0])
     if isinstance(x, torch.device):
-        return x.type == "flagos"
+        return x.type == _DEV[0]
     if isinstance(x, (list, tuple)):
         return any(_mentions_flagos(e) for e in x)
     if isinstance(x, dict):
@@ -191,8 +205,8 @@ def _to_cpu_checked(x, ref, check_device=True):
 
     if isinstance(x, torch.Tensor):
         if (check_device and isinstance(ref, torch.Tensor) and ref.device.type == "cpu"
-                and x.device.type != "flagos"):
-            raise _Mismatch(f"result on {x.device}, expected flagos")
+                and x.device.type != _DEV[0]):
+            raise _Mismatch(f"result on {x.device}, expected {_DEV[0]}")
         return x.detach().cpu().resolve_conj().resolve_neg()
     if isinstance(x, (list, tuple)) and isinstance(ref, (list, tuple)) and len(x) == len(ref):
         return [_to_cpu_checked(a, b, check_device) for a, b in zip(x, ref)]
@@ -234,7 +248,8 @@ def _call(fn, sample, seed):
     torch.manual_seed(seed)
     # torch.manual_seed reaches flagos only when torch.flagos has _is_in_bad_fork; seed it
     # directly so that both runs draw the same numbers either way.
-    torch.flagos.manual_seed_all(seed)
+    if _DEV[0] == "flagos":
+        torch.flagos.manual_seed_all(seed)
     return fn(sample[0], *sample[1], **sample[2])
 
 
@@ -259,9 +274,13 @@ def _uses_rng(fn, cpu_sample, seed, first) -> bool:
 
 def _native_twin():
     """The native device the forced twin route runs kernels on, when it is not the CPU."""
+    if _ROUTE[0] == FLAGGEMS_CUDA:
+        import torch
+
+        return torch.device("cuda")
     import flagos
 
-    if _ROUTE[0] not in ("boxing", "twin"):
+    if _ROUTE[0].split(",")[0] not in ("boxing", "twin", "gems"):
         return None
     twin = flagos.twin_device()
     return twin if twin is not None and twin.type != "cpu" else None
@@ -427,7 +446,7 @@ def _run_sample(op, sample, fl_sample, dtype, res: Result, seed: int) -> None:
                     if len(fl_outs) != len(cpu_outs):
                         raise _Mismatch(f"{len(fl_outs)} differentiable outputs, expected "
                                         f"{len(cpu_outs)}")
-                    fl_g = torch.autograd.grad(fl_outs, fl_in, [x.to("flagos") for x in grads],
+                    fl_g = torch.autograd.grad(fl_outs, fl_in, [x.to(_DEV[0]) for x in grads],
                                                allow_unused=True)
                     if not shape_only:
                         _compare(list(fl_g), list(cpu_g), dname, scale=10.0)
@@ -452,7 +471,7 @@ def _run_sample(op, sample, fl_sample, dtype, res: Result, seed: int) -> None:
             if cr is not None:
                 res.checks["out"] += 1
                 try:
-                    fs, fo = with_out("flagos", _clone(fl))
+                    fs, fo = with_out(_DEV[0], _clone(fl))
                     fr = _call(op, fs, seed)
                     _compare(fo, co, dname)
                     _compare(fr, cr, dname)
@@ -503,7 +522,7 @@ def _same_values(a, b) -> bool:
     if isinstance(b, torch.Tensor):
         if not isinstance(a, torch.Tensor) or a.device.type == "cpu" and b.device.type == "cpu":
             return isinstance(a, torch.Tensor) and torch.equal(a, b)
-        if a.device.type != "flagos" or a.requires_grad != b.requires_grad:
+        if a.device.type != _DEV[0] or a.requires_grad != b.requires_grad:
             return False
         if a.shape != b.shape or a.dtype != b.dtype or a.stride() != b.stride():
             return False
@@ -551,8 +570,9 @@ def _flagos_samples(op, dtype, req, cpu_samples):
     out = [None] * len(cpu_samples)
     try:
         torch.manual_seed(0)
-        torch.flagos.manual_seed_all(0)
-        gen = op.sample_inputs("flagos", dtype, requires_grad=req)
+        if _DEV[0] == "flagos":
+            torch.flagos.manual_seed_all(0)
+        gen = op.sample_inputs(_DEV[0], dtype, requires_grad=req)
         for i, fs in enumerate(itertools.islice(gen, len(cpu_samples))):
             cs = cpu_samples[i]
             f = (fs.input, list(fs.args), dict(fs.kwargs))
@@ -570,8 +590,11 @@ def _flagos_samples(op, dtype, req, cpu_samples):
 
 
 def run_op(op, route: str, dtype, max_samples: int) -> dict:
-    import flagos
     import torch
+
+    # FLAGGEMS_CUDA runs without flagos (a CUDA backward fails once a PrivateUse1 backend
+    # is loaded, see flagos/models/clean_process.py): no routes, no stats.
+    flagos = None if route == FLAGGEMS_CUDA else __import__("flagos")
 
     out = {"op": op_key(op), "route": route, "dtype": str(dtype).replace("torch.", "")}
     if not op.supports_dtype(dtype, "cpu"):
@@ -579,9 +602,12 @@ def run_op(op, route: str, dtype, max_samples: int) -> dict:
     res = Result()
     _ROUTE[0] = route
     t0 = time.perf_counter()
-    flagos.routing.reset_stats()
+    if flagos:
+        flagos.routing.reset_stats()
     try:
-        with flagos.routing.override({"default": [route]}):
+        forced = (flagos.routing.override({"default": route.split(",")}) if flagos
+                  else contextlib.nullcontext())
+        with forced:
             torch.manual_seed(0)
             req = op.supports_autograd and (dtype.is_floating_point or dtype.is_complex)
             cpu_samples = list(itertools.islice(
@@ -596,7 +622,7 @@ def run_op(op, route: str, dtype, max_samples: int) -> dict:
             return {**out, "status": "skip", "reason": f"samples: {type(e).__name__}: {e}"[:300]}
         res.fail("harness", e)
     served = Counter()
-    for per_op in flagos.routing.stats().values():
+    for per_op in (flagos.routing.stats() if flagos else {}).values():
         for prov, c in per_op.items():
             served[prov] += c["calls"]
     out.update(samples=res.ran, checks=dict(res.checks), seconds=time.perf_counter() - t0,
@@ -617,7 +643,8 @@ def worker(args) -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    import flagos  # noqa: F401
+    if args.route != FLAGGEMS_CUDA:
+        import flagos  # noqa: F401
     from torch.testing._internal.common_methods_invocations import op_db
 
     _setup_route(args.route)
@@ -651,8 +678,10 @@ def _spawn(args, keys):
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--route", args.route,
            "--dtype", args.dtype, "--max-samples", str(args.max_samples),
            "--threads", str(args.threads), "--worker-ops", ",".join(keys)]
+    env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0") \
+        if args.route == FLAGGEMS_CUDA else None
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            bufsize=1)
+                            bufsize=1, env=env)
 
 
 def sweep(args, keys: list[str], log=None) -> list[dict]:

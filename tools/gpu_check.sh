@@ -3,7 +3,7 @@
 # $OUT (the device tool's output folder). Wheels the machine lacks are carried in .whl/
 # (tools/fetch_gpu_wheels.sh fetches them; name .whl in the run's carry).
 # Usage: tools/gpu_check.sh STEP...   steps: build conformance demo bench model sweep tests
-#        nox compile dist profile
+#        nox compile dist profile gems gems-tests gems-bench gems-model gems-sweep
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:-/tmp/flagos-out}; mkdir -p "$OUT"
@@ -17,7 +17,7 @@ for s in "$@"; do
     build)
       step build
       nvidia-smi -L; python3 -c "import torch; print('torch', torch.__version__, 'cuda devices', torch.cuda.device_count())"
-      for p in flagos-hal flagos-core flagos-ops-boxing flagos-distributed flagos-compile; do
+      for p in flagos-hal flagos-core flagos-ops-boxing flagos-ops-gems flagos-distributed flagos-compile; do
         [[ -f packages/$p/pyproject.toml ]] || continue
         CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip install --no-build-isolation --no-deps "./packages/$p" \
           > "$OUT/build-$p.log" 2>&1 && echo "built $p" || { echo "BUILD FAILED $p"; tail -30 "$OUT/build-$p.log"; }
@@ -38,5 +38,23 @@ for s in "$@"; do
              TORCH_DEVICE_BACKEND_AUTOLOAD=0 timeout 100 python3 tools/gpu_profile_model.py cuda 2>&1 | tee "$OUT/profile-cuda.log" | tail -30 ;;
     dist) step dist; FLAGOS_HAL=cuda timeout ${DIST_TIMEOUT:-300} python3 -X faulthandler packages/flagos-distributed/benchmarks/allreduce_bw.py \
              2>&1 | tee "$OUT/dist.log" | tail -30 ;;
+    # FlagGems through flagos (flag-gems and sqlalchemy carried in .whl/, see fetch_gpu_wheels.sh).
+    gems) step gems; FLAGOS_HAL=cuda timeout 300 python3 -c "
+import time, flagos, torch
+t = time.perf_counter(); p = flagos.routing.providers().get('gems'); print('gems provider:', p)
+print('unavailable:', p and p.unavailable_on('cuda'), '(%.1fs to load FlagGems)' % (time.perf_counter() - t))
+print('FlagGems ops served:', len(p.ops()) if p else 0)
+flagos.routing.load('gems'); x = torch.randn(64, 64, device='flagos')
+torch.testing.assert_close((x @ x + x).softmax(-1).cpu(), (x.cpu() @ x.cpu() + x.cpu()).softmax(-1), rtol=1e-3, atol=1e-4)
+print(flagos.routing.explain('aten::mm')); print(flagos.routing.stats())" 2>&1 | tee "$OUT/gems.log" | tail -40
+          FLAGOS_HAL=cuda timeout 200 python3 -m flagos info 2>&1 | tee "$OUT/gems-info.log" | grep -A2 "gems" ;;
+    gems-tests) step gems-tests; FLAGOS_HAL=cuda FLAGOS_TEST_HW=cuda timeout 540 python3 -m pytest -v -p no:cacheprovider \
+             --durations=10 packages/flagos-ops-gems/tests 2>&1 | tee "$OUT/gems-tests.log" | tail -40 ;;
+    gems-bench) step gems-bench; FLAGOS_HAL=cuda timeout 560 python3 packages/flagos-ops-gems/benchmarks/gems_bench.py \
+             --only host 2>&1 | tee "$OUT/gems-bench.log" | tail -20 ;;
+    gems-model) step gems-model; FLAGOS_HAL=cuda timeout 560 python3 packages/flagos-ops-gems/benchmarks/gems_bench.py \
+             --only model 2>&1 | tee "$OUT/gems-model.log" | tail -20 ;;
+    gems-sweep) step gems-sweep; FLAGOS_HAL=cuda timeout 590 python3 packages/flagos-ops-gems/benchmarks/opinfo_vs_flaggems.py \
+             --jobs 14 --max-samples 3 --json "$OUT/gems-sweep.json" > "$OUT/gems-sweep.log" 2>&1; tail -60 "$OUT/gems-sweep.log" ;;
   esac
 done

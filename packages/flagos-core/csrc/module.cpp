@@ -10,6 +10,7 @@
 #include "aten/host_results.h"
 #include "compiled_code.h"
 #include "dispatch/dispatcher.h"
+#include "dispatch/routed_as_themselves.h"
 #include "runtime/allocator.h"
 #include "runtime/generator.h"
 #include "runtime/hal.h"
@@ -180,14 +181,17 @@ PYBIND11_MODULE(_C, m) {
     if (kind == "cpu") k = flagos::EngineKind::CPU;
     else if (kind == "twin") k = flagos::EngineKind::TWIN;
     else if (kind == "python") k = flagos::EngineKind::PYTHON;
+    else if (kind == "foreign") k = flagos::EngineKind::FOREIGN;
     else throw std::invalid_argument("flagos: unknown provider engine '" + kind +
-                                     "' (expected cpu, twin or python)");
-    TORCH_CHECK(k != flagos::EngineKind::PYTHON || !fn.is_none(),
-                "flagos: a python provider needs a callable");
+                                     "' (expected cpu, twin, python or foreign)");
+    TORCH_CHECK((k != flagos::EngineKind::PYTHON && k != flagos::EngineKind::FOREIGN) ||
+                    !fn.is_none(),
+                "flagos: a ", kind, " provider needs a callable");
     flagos::register_provider(name, k, fn.is_none() ? nullptr : fn.ptr());
   }, py::arg("name"), py::arg("kind"), py::arg("fn") = py::none());
   m.def("_providers", &flagos::registered_providers);
   m.def("_routed_kernel_ops", &flagos::routed_kernel_ops);
+  m.def("_route_ops_as_themselves", &flagos::route_ops_as_themselves);
   m.def("_set_resolver", [](py::object fn) { flagos::set_resolver(fn.is_none() ? nullptr : fn.ptr()); });
   m.def("_bump_routing_version", &flagos::bump_routing_version);
   m.def("_routing_version", &flagos::routing_version);

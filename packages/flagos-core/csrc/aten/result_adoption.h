@@ -5,6 +5,7 @@
 
 #include <ATen/Tensor.h>
 #include <c10/core/StorageImpl.h>
+#include <torch/version.h>
 
 #include <typeinfo>
 
@@ -12,12 +13,31 @@
 
 namespace flagos {
 
-// Nothing else holds `t` or its storage (no cache, no second return, no weak reference; a
-// Python object would hold a reference too), it is a plain TensorImpl, and not a lazy
-// conj/neg result (those are resolved by the copy path).
+// Whether `use_count` references to a TensorImpl or StorageImpl mean that nothing but the
+// holder of one of them uses it. A result made in Python (a foreign kernel's torch.empty,
+// dispatch/foreign_kernels.h) has a second one: since torch 2.10 the Python object of a
+// tensor (or of a storage, which Triton's interpreter makes) holds a strong reference to
+// it, and the object is kept alive while other C++ references exist. When the object's
+// only reference is that keep-alive, nothing in Python can reach it any more. (Before 2.10
+// such an object held no reference once Python dropped it.)
+template <class Impl>
+inline bool only_reference(size_t use_count, const Impl* impl) {
+  if (use_count == 1) return true;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 10)
+  return use_count == 2 && impl->pyobj_slot()->has_unique_reference();
+#else
+  return false;
+#endif
+}
+
+// Nothing else holds `t` or its storage (no cache, no second return, no weak reference, no
+// Python reference), it is a plain TensorImpl, and not a lazy conj/neg result (those are
+// resolved by the copy path).
 inline bool result_is_adoptable(const at::Tensor& t) {
-  return t.defined() && t.has_storage() && t.use_count() == 1 && t.weak_use_count() == 1 &&
-         t.storage().use_count() == 1 && !t.is_conj() && !t.is_neg() &&
+  return t.defined() && t.has_storage() && only_reference(t.use_count(), t.unsafeGetTensorImpl()) &&
+         t.weak_use_count() == 1 &&
+         only_reference(t.storage().use_count(), t.storage().unsafeGetStorageImpl()) &&
+         !t.is_conj() && !t.is_neg() &&
          typeid(*t.unsafeGetTensorImpl()) == typeid(c10::TensorImpl);
 }
 

@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "aten/alias.h"
+#include "dispatch/foreign_kernels.h"
 #include "dispatch/op_clock.h"
 #include "dispatch/python_bridge.h"
 #include "runtime/hal.h"
@@ -165,6 +166,8 @@ bool run_provider(const Provider& p, const c10::OperatorHandle& op, torch::jit::
       return true;
     case EngineKind::PYTHON:
       return call_python_provider(p.callable, op, stack);
+    case EngineKind::FOREIGN:
+      return run_foreign(p.callable, op, stack, device);
   }
   return false;
 }
@@ -204,6 +207,10 @@ std::optional<TwinRoute> twin_route(OpState& st, c10::DeviceIndex device) {
   const Route* route = current_route(st, device);
   if (!route->twin) return std::nullopt;
   return TwinRoute{*route->twin, route->counters.front(), route->chain.front().get()};
+}
+
+bool route_starts_foreign(OpState& st, c10::DeviceIndex device) {
+  return current_route(st, device)->chain.front()->kind == EngineKind::FOREIGN;
 }
 
 void record_call(RouteCounters* counters, uint64_t ticks) {

@@ -14,12 +14,14 @@
 namespace flagos {
 
 // How a provider runs an op. CPU: the CPU-fallback engine; TWIN: zero-copy aliases on the
-// HAL's native twin device; PYTHON: a Python callable (called with the GIL).
-enum class EngineKind { CPU, TWIN, PYTHON };
+// HAL's native twin device; PYTHON: a Python callable (called with the GIL); FOREIGN: a
+// foreign library's Python kernels run on twin aliases (dispatch/foreign_kernels.h).
+enum class EngineKind { CPU, TWIN, PYTHON, FOREIGN };
 
 // Registers (or replaces) a provider by name. For PYTHON, `py_callable` is a borrowed
 // PyObject* the dispatcher keeps a reference to: fn(op_name, args, kwargs) -> result or
-// NotImplemented (decline).
+// NotImplemented (decline). For FOREIGN it is the kernel resolver: fn(op_name) -> kernel
+// or None.
 void register_provider(const std::string& name, EngineKind kind, void* py_callable = nullptr);
 std::vector<std::string> registered_providers();
 
@@ -65,6 +67,10 @@ struct TwinRoute {
 struct OpState;
 OpState& routing_state(const c10::OperatorHandle& op);
 std::optional<TwinRoute> twin_route(OpState& st, c10::DeviceIndex device);
+// Whether the route of `op` on `device` starts with a FOREIGN provider: a hot op's fast
+// kernel then sends the op itself down its route (the foreign library serves the functional
+// form, which the composite kernel would turn into the out= form).
+bool route_starts_foreign(OpState& st, c10::DeviceIndex device);
 // `ticks`: op_clock ticks the call took (op_clock.h).
 void record_call(RouteCounters* counters, uint64_t ticks);
 

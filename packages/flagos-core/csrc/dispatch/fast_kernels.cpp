@@ -179,8 +179,15 @@ struct FastKernel<Op, Composite, OutOp, OnDeviceTwin, Ret(Args...)> {
       }
     }
     if (!route) {
+      // A foreign library (FlagGems) serves the functional form itself: the op goes down
+      // its own route rather than the composite's out= form (routed_as_themselves.h).
+      bool own_route = Composite != nullptr && device && (on_device(args, *device) && ...) &&
+                       route_starts_foreign(routing_state_of<Op>(), *device);
       if constexpr (Composite != nullptr) {
-        return (*Composite)(std::forward<Args>(args)...);
+        if (!own_route) return (*Composite)(std::forward<Args>(args)...);
+        return c10::impl::BoxedKernelWrapper<Ret(Args...)>::call(
+            c10::BoxedKernel::makeFromFunction<&run_routed>(), op, keys,
+            std::forward<Args>(args)...);
       } else {
         return c10::impl::BoxedKernelWrapper<Ret(Args...)>::call(
             c10::BoxedKernel::makeFromFunction<&run_routed>(), op, keys,

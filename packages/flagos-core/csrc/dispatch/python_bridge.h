@@ -28,5 +28,11 @@ std::vector<std::string> call_resolver(const PyObjectRef& resolver, const std::s
 // fn(op_name, args, kwargs); returns false (stack untouched) when fn returns NotImplemented.
 bool call_python_provider(const PyObjectRef& fn, const c10::OperatorHandle& op,
                           torch::jit::Stack* stack);
+// resolver(op_name) -> a kernel, or an empty reference for None (foreign_kernels.h).
+PyObjectRef call_kernel_resolver(const PyObjectRef& resolver, const std::string& op);
+// kernel(*args, **kwargs) with the op's schema arguments from the stack; returns false
+// (stack untouched) when the kernel returns NotImplemented. Takes the GIL.
+bool call_python_kernel(const PyObjectRef& kernel, const c10::OperatorHandle& op,
+                        torch::jit::Stack* stack);
 
 }  // namespace flagos

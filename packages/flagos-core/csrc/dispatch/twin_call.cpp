@@ -143,17 +143,37 @@ TwinCall::KernelScope::KernelScope(const TwinCall& call) {
 }
 
 void TwinCall::run(const c10::OperatorHandle& requested, torch::jit::Stack* stack) {
-  const c10::OperatorHandle& op = native_equivalent(requested, stack);
+  run_with(native_equivalent(requested, stack), stack,
+           [this](const c10::OperatorHandle& op, torch::jit::Stack* s) {
+             op.redispatchBoxed(twin_keys(), s);
+             return true;
+           });
+}
+
+bool TwinCall::run_with(const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                        BoxedTwinKernel kernel) {
   op_ = &op;
   boxed_ = true;
   conv_layout_ = ConvLayout::predict(op, *stack);
   const auto& arguments = op.schema().arguments();
   size_t n = arguments.size();
   size_t base = stack->size() - n;
-  for (size_t i = 0; i < n; ++i) (*stack)[base + i] = to_twin((*stack)[base + i], arguments[i]);
+  // The arguments the caller gave (moved out of the stack, not copied), put back if the
+  // kernel declines.
+  c10::SmallVector<c10::IValue, 8> given;
+  for (size_t i = 0; i < n; ++i) {
+    auto& v = (*stack)[base + i];
+    c10::IValue twin = to_twin(v, arguments[i]);
+    given.push_back(std::move(v));
+    v = std::move(twin);
+  }
   enter();
   KernelScope scope(*this);  // until the results are mapped back (adopted inside it)
-  op.redispatchBoxed(twin_keys(), stack);
+  if (!kernel(op, stack)) {
+    for (size_t i = 0; i < n; ++i) (*stack)[base + i] = std::move(given[i]);
+    return false;
+  }
+  given.clear();
   fix_mutated();
   const auto& returns = op.schema().returns();
   size_t first = stack->size() - returns.size();
@@ -166,6 +186,7 @@ void TwinCall::run(const c10::OperatorHandle& requested, torch::jit::Stack* stac
       v = from_twin(v);
     }
   }
+  return true;
 }
 
 // A kernel may resize or restride an out= alias; the caller's tensor must follow.

@@ -9,6 +9,7 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
+#include <c10/util/FunctionRef.h>
 #include <c10/util/SmallVector.h>
 
 #include <optional>
@@ -40,6 +41,15 @@ class TwinCall {
 
   // Boxed: runs `op` on the stack's arguments; the stack then holds the flagos results.
   void run(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+  // A boxed kernel run on the twin aliases: it replaces the op's arguments on the stack by
+  // its results, or returns false (stack untouched) to decline the call.
+  using BoxedTwinKernel = c10::function_ref<bool(const c10::OperatorHandle&, torch::jit::Stack*)>;
+  // Boxed, with a kernel of another source than the twin's dispatch table (a Python kernel
+  // library, see dispatch/foreign_kernels.h): the same aliases, stream, kernel scope and
+  // mapping of results as run(). When the kernel declines, the stack holds `op`'s original
+  // arguments again and false is returned.
+  bool run_with(const c10::OperatorHandle& op, torch::jit::Stack* stack, BoxedTwinKernel kernel);
 
   // Unboxed, in this order: alias() every tensor argument; enter(); run the kernel on the
   // aliases with twin_keys() inside a KernelScope, which stays until the results are mapped:

@@ -40,9 +40,13 @@ def collect() -> dict[str, Any]:
         })
     providers = []
     for name, p in sorted(routing.providers().items()):
+        try:
+            unavailable = p.unavailable_on(None)
+        except Exception as e:  # noqa: BLE001 - info reports a broken provider, never fails
+            unavailable = f"unavailable_on() raised {type(e).__name__}: {e}"
         providers.append({"name": name, "kind": "C++" if p.is_cpp else "Python",
                           "hals": None if p.hals is None else sorted(p.hals),
-                          "module": type(p).__module__})
+                          "module": type(p).__module__, "unavailable": unavailable})
     chains = {}
     for i in range(F.device_count()):
         chains[f"flagos:{i}"] = routing.resolve("aten::mm", i)
@@ -82,6 +86,8 @@ def format_info(info: dict[str, Any]) -> str:
     for p in info["providers"]:
         hals = "all HALs" if p["hals"] is None else ", ".join(p["hals"])
         out.append(f"  {p['name']:<10} {p['kind']:<7} on {hals}  ({p['module']})")
+        if p.get("unavailable"):
+            out.append(f"      {p['unavailable']}")
     r = info["routing"]
     out += ["", f"Routing table (version {r['version']}):"]
     for rule in r["rules"]:

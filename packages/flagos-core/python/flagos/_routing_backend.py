@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from flagos import _C, routing
 
@@ -77,3 +77,26 @@ def register_engine_provider(name: str, engine: str) -> None:
     Packages such as flagos-ops-boxing call this, then describe the provider (which ops,
     which HALs) with a :class:`flagos.routing.Provider` whose ``is_cpp`` is True."""
     _C._register_provider(name, engine)
+
+
+def register_foreign_provider(name: str, resolve_kernel: Callable[[str], object]) -> None:
+    """Register the C++ side of provider ``name`` as the core's foreign-kernel engine: the
+    kernels of a Python kernel library (FlagGems' Triton kernels) run on flagos tensors
+    through the same zero-copy twin aliases, stream, kernel scope and result mapping as
+    ``boxing``. ``resolve_kernel(op_name)`` (``"aten::add.Tensor"``; ``"aten::abs"`` for a
+    default overload) returns the library's function for the op, or ``None``; it is asked
+    once per op, never per call. The function is called the way torch calls a Python kernel
+    registered with ``torch.library`` (schema arguments on the twin device; trailing
+    defaulted arguments left out) and returns the op's results on the twin, or
+    ``NotImplemented`` to decline the call. Describe the provider with a
+    :class:`flagos.routing.Provider` whose ``is_cpp`` is True."""
+    _C._register_provider(name, "foreign", resolve_kernel)
+
+
+def route_ops_as_themselves(ops: Iterable[str]) -> list[str]:
+    """Make structured functional and in-place ops (``aten::log``, ``aten::cos_``) reach the
+    flagos dispatcher as themselves rather than as their out= form, for providers that
+    serve those forms (see csrc/dispatch/routed_as_themselves.h). Ops that already arrive
+    as themselves are skipped; returns the ops changed now. For every provider of those ops
+    the call then arrives as the functional form (the twin and the CPU fallback serve both)."""
+    return list(_C._route_ops_as_themselves(list(ops)))

@@ -251,10 +251,15 @@ def main(argv: list[str] | None = None) -> int:
                 "ops": lambda: bench_ops(native, min_time, tuple(args.routes.split(","))),
                 "layers": lambda: bench_layers(native, min_time),
                 "model": lambda: bench_model(native, min_time, args.quick)}
-    for name in args.only.split(","):
+    print_sections(sections, args.only)
+    return 0
+
+
+def print_sections(sections: dict[str, Callable[[], list[str]]], only: str) -> None:
+    """Runs the comma-separated sections of ``only`` in order, printing their lines."""
+    for name in only.split(","):
         for line in sections[name.strip()]():
             print(line, flush=True)
-    return 0
 
 
 if __name__ == "__main__":

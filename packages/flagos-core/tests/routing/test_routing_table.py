@@ -16,8 +16,10 @@ SIM, CUDA = 0, 1  # the fake backend's devices
 
 def test_shipped_defaults_per_hal(installed) -> None:
     assert routing.resolve("aten::mm", SIM) == ["boxing", "cpu"]
-    assert routing.resolve("aten::mm", CUDA) == ["native", "gems", "boxing", "cpu"]
-    assert routing.resolve("aten::mv", CUDA) == ["gems", "boxing", "cpu"]  # native: mm only
+    assert routing.resolve("aten::mm", CUDA) == ["native", "boxing", "cpu"]
+    assert routing.resolve("aten::mv", CUDA) == ["boxing", "cpu"]  # native: mm only
+    # gems (FlagGems) is opt-in: no shipped chain names it
+    assert all("gems" not in r.chain for r in routing.rules())
 
 
 def test_specificity(installed) -> None:
@@ -87,8 +89,10 @@ def test_filtering_reasons(backend, installed) -> None:
         routing.resolve("aten::mm", 2)
 
 
-def test_not_installed_is_skipped(backend) -> None:
-    # gems and native are well-known names; their packages register no provider yet.
+def test_not_installed_is_skipped(backend, monkeypatch: pytest.MonkeyPatch) -> None:
+    # gems and native are well-known names; here no package provides them.
+    monkeypatch.setattr(routing.table, "discover", lambda: {"cpu": routing.CpuProvider()})
+    routing.reset()
     routing.set("aten::mm=gems,native,cpu")
     d = routing.table.decide("aten::mm", "sim")
     assert [(s.provider, s.kept, s.reason) for s in d.steps] == [
@@ -194,7 +198,7 @@ def test_set_backend_contract(installed, make_backend) -> None:
     routing.set_backend(fresh)
     assert set(fresh.python) == {"boxing", "gems", "native"}
     assert fresh.resolver is routing.resolve and fresh.version == 1
-    assert fresh.chain("aten::mm", 0) == ["native", "gems", "boxing", "cpu"]
+    assert fresh.chain("aten::mm", 0) == ["native", "boxing", "cpu"]
     with pytest.raises(TypeError, match="missing: .*stats, reset_stats, set_resolver"):
         routing.set_backend(object.__new__(type("Half", (), {
             "bump_version": lambda s: None, "cpp_providers": lambda s: [],
@@ -203,7 +207,7 @@ def test_set_backend_contract(installed, make_backend) -> None:
 
 
 def test_threads_change_routes_while_others_resolve(backend, installed) -> None:
-    valid = {("boxing", "cpu"), ("cpu",), ("gems", "cpu"), ("native", "gems", "boxing", "cpu"),
+    valid = {("boxing", "cpu"), ("cpu",), ("gems", "cpu"), ("native", "boxing", "cpu"),
              ("gems", "boxing", "cpu"), ("boxing", "gems", "cpu"), ("native", "cpu")}
     errors: list[BaseException] = []
     seen: set[tuple[str, ...]] = set()
@@ -256,7 +260,7 @@ def test_explain(backend, installed) -> None:
     assert "served by: boxing" in text and "served by: native" in text
     assert f"from [hal.cuda] default at {routing.table.DEFAULTS_FILE}:{_cuda_default()}\n" in text
     e = routing.explain("aten::add.Tensor")
-    assert [d.provider for d in e.devices] == ["boxing", "gems"]
+    assert [d.provider for d in e.devices] == ["boxing", "boxing"]  # gems is opt-in
     with pytest.raises(routing.UnknownOpError, match="'aten::add.Scalar', 'aten::add.Scalar_out'"):
         routing.explain("aten::add")
     with pytest.raises(ValueError, match="did you mean 'aten::mm'"):

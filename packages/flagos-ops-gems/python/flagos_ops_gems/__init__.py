@@ -1,6 +1,50 @@
-"""flagos-ops-gems: FlagGems Triton kernels as a flagos op provider.
+"""flagos-ops-gems: FlagGems Triton kernels as the flagos op provider ``gems``.
 
-Not implemented yet: this package installs and registers no provider, so routing files
-that name ``gems`` skip it with the reason "not installed" (see flagos.routing.explain).
-It will serve the ops FlagGems implements, on HALs whose memory is CUDA-addressable.
+``gems`` serves exactly the ATen overloads that the installed FlagGems implements (read
+from FlagGems at run time: what ``flag_gems.enable()`` would register), on HALs whose twin
+device is the one FlagGems' kernels run on (``cuda`` on NVIDIA). The calls run zero-copy
+on flagos memory, on the current flagos stream, in flagos-core's foreign-kernel engine
+(see :class:`KernelLibraryProvider`).
+
+FlagGems loads lazily: ``import torch`` / ``import flagos`` do not import it; the first
+route resolution that names ``gems`` does. A FlagGems that is missing, too old or fails to
+import makes ``gems`` skipped with the reason (``flagos.routing.explain``,
+``python -m flagos info``).
+
+The shipped routes do not name ``gems``; select its routing file (every op FlagGems serves
+-> gems, then boxing, then cpu) with ``FLAGOS_ROUTES_FILE=gems`` or
+``flagos.routing.load("gems")`` (the file is :data:`ROUTES_FILE`).
 """
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ._flag_gems import SUPPORTED, FlagGems
+from ._library import KernelLibrary, LibraryUnavailable, OpTable
+from ._provider import KernelLibraryProvider
+
+__all__ = [
+    "ROUTES_FILE", "SUPPORTED", "FlagGems", "KernelLibrary", "KernelLibraryProvider",
+    "LibraryUnavailable", "OpTable", "provider", "register_library",
+]
+
+ROUTES_FILE = str(Path(__file__).parent / "routes" / "gems.toml")
+"""The routing file that sends every op FlagGems serves to ``gems`` (boxing, cpu behind)."""
+
+
+def register_library(name: str, library: KernelLibrary) -> KernelLibraryProvider:
+    """Make ``library`` the op provider ``name``: registers its C++ side (the core's
+    foreign-kernel engine) and returns the :class:`KernelLibraryProvider` describing it
+    (install it with ``flagos.routing.register_provider`` when not returned from an entry
+    point). Nothing of the library is imported here."""
+    from flagos._routing_backend import register_foreign_provider
+
+    p = KernelLibraryProvider(name, library)
+    register_foreign_provider(name, p.resolve_kernel)
+    return p
+
+
+def provider() -> KernelLibraryProvider:
+    """Entry point of group ``flagos.ops``: the ``gems`` provider (FlagGems)."""
+    return register_library("gems", FlagGems())

@@ -49,9 +49,11 @@ class CleanProcessTimer:
     in a child interpreter without flagos. Call it like ``time_steps`` (without the model)."""
 
     def __init__(self, config: dict, device: str, dtype: torch.dtype,
-                 batch: int, seq: int, seed: int = 0) -> None:
+                 batch: int, seq: int, seed: int = 0, setup: str | None = None) -> None:
+        """``setup``: ``"module:function"`` the child calls first (``"flag_gems:enable"``
+        times native CUDA with FlagGems' kernels registered)."""
         spec = {"config": config, "device": device, "dtype": str(dtype).split(".")[-1],
-                "batch": batch, "seq": seq, "seed": seed}
+                "batch": batch, "seq": seq, "seed": seed, "setup": setup}
         env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
         self._proc = subprocess.Popen([sys.executable, __file__, json.dumps(spec)],
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -81,6 +83,11 @@ def _serve(spec: dict) -> None:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from llama import LlamaConfig, TinyLlama
 
+    if spec.get("setup"):
+        import importlib
+
+        module, _, function = spec["setup"].partition(":")
+        getattr(importlib.import_module(module), function)()
     dev = torch.device(spec["device"])
     torch.manual_seed(spec["seed"])
     cfg = LlamaConfig(**spec["config"])

@@ -31,6 +31,7 @@ import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
 from . import ops
@@ -212,6 +213,25 @@ def _rules_from_table(
     return rules
 
 
+ROUTES_ENTRY_POINT_GROUP = "flagos.routes"
+
+
+def named_routes_file(path: str | Path) -> Path:
+    """The routing file ``path`` names: a file path, or a bare name (no directory, no
+    suffix, no such file) that a package registered in the ``flagos.routes`` entry-point
+    group (``gems`` -> flagos-ops-gems' routing file). Raises :class:`RoutingConfigError`
+    for a bare name nobody registered, listing the names that are."""
+    p = Path(path)
+    if p.exists() or p.suffix or len(p.parts) != 1:
+        return p
+    eps = {ep.name: ep for ep in metadata.entry_points(group=ROUTES_ENTRY_POINT_GROUP)}
+    if str(path) in eps:
+        return Path(str(eps[str(path)].load()))
+    known = ", ".join(sorted(eps)) or "none installed"
+    raise RoutingConfigError(str(path), 0, f"no routing file {str(path)!r} and no routing "
+                             f"file of that name (named routing files: {known})", str(path))
+
+
 def load_file(
     path: str | Path, vocab: Vocabulary, _stack: tuple[Path, ...] = ()
 ) -> list[Layer]:
@@ -220,7 +240,7 @@ def load_file(
     Returns the layers in application order: each included file's layers (in the order
     listed), then the file's own rules. Raises :class:`RoutingConfigError`.
     """
-    path = Path(path)
+    path = named_routes_file(path)
     file = str(path)
     try:
         text = path.read_text(encoding="utf-8")

@@ -78,6 +78,15 @@ class Provider:
         it; the default is :meth:`serves`."""
         return self.serves(op)
 
+    def unavailable_on(self, hal: str | None) -> str | None:
+        """Why this provider cannot run at all on devices of HAL ``hal`` (``None``: on any
+        device), or ``None`` when it can. A provider whose kernels come from an optional
+        library it loads on first use (FlagGems) says here that the library is missing,
+        too old or failed to load; the chain then skips it with this reason, which
+        :func:`flagos.routing.explain` and ``python -m flagos info`` print. Called at
+        resolution, before :meth:`serves_on`; the default is always ``None``."""
+        return None
+
     def __call__(
         self, op: torch._ops.OpOverload, args: tuple, kwargs: dict
     ) -> object:

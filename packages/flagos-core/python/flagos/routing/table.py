@@ -356,6 +356,11 @@ def _skip_reason(name: str, p: Provider | None, op: str, hal: str | None, cpp: f
     if p.hals is not None and hal is not None and hal not in p.hals:
         return f"not available on HAL {hal!r} (runs on: {', '.join(sorted(p.hals))})"
     try:
+        if why := p.unavailable_on(hal):
+            return why
+    except Exception as e:  # noqa: BLE001 - a broken provider is skipped, not fatal
+        return f"unavailable_on() raised {type(e).__name__}: {e}"
+    try:
         serves = p.serves(op) if hal is None else p.serves_on(op, hal)
     except Exception as e:  # noqa: BLE001 - a broken provider is skipped, not fatal
         return f"serves() raised {type(e).__name__}: {e}"

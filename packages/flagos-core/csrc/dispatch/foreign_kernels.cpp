@@ -1,0 +1,71 @@
+#include "dispatch/foreign_kernels.h"
+
+#include <array>
+#include <map>
+#include <memory>
+#include <shared_mutex>
+#include <utility>
+
+#include "aten/alias.h"
+#include "dispatch/dispatcher.h"
+#include "dispatch/twin_call.h"
+
+namespace flagos {
+namespace {
+
+// A resolved kernel: the resolver's answer for one op, kept for the process (providers are
+// few and re-registering one makes a new resolver, hence new keys). It holds the resolver,
+// so that no later resolver can be made at the same address and hit this entry.
+struct ResolvedKernel {
+  PyObjectRef resolver;
+  PyObjectRef kernel;  // empty: the library has no kernel for the op
+};
+
+using Key = std::pair<const void*, const c10::OperatorName*>;
+
+const ResolvedKernel& resolve_slow(const PyObjectRef& resolver, const c10::OperatorHandle& op,
+                                   const Key& key) {
+  static std::shared_mutex mutex;
+  static auto* kernels = new std::map<Key, std::unique_ptr<ResolvedKernel>>();
+  {
+    std::shared_lock<std::shared_mutex> lock(mutex);
+    auto it = kernels->find(key);
+    if (it != kernels->end()) return *it->second;
+  }
+  // Resolved outside the lock (it takes the GIL and may import the library); of two
+  // threads resolving one op at once, the first stored answer stays.
+  auto resolved = std::make_unique<ResolvedKernel>();
+  resolved->resolver = resolver;
+  resolved->kernel = call_kernel_resolver(resolver, op_full_name(op));
+  std::unique_lock<std::shared_mutex> lock(mutex);
+  auto& slot = (*kernels)[key];
+  if (!slot) slot = std::move(resolved);
+  return *slot;
+}
+
+// The kernel for `op` from `resolver`, per call: a per-thread cache in front of the map.
+const ResolvedKernel& kernel_for(const PyObjectRef& resolver, const c10::OperatorHandle& op) {
+  Key key{resolver.get(), &op.operator_name()};
+  thread_local std::array<std::pair<Key, const ResolvedKernel*>, 64> cache{};
+  auto h = (reinterpret_cast<uintptr_t>(key.first) ^ reinterpret_cast<uintptr_t>(key.second)) >> 4;
+  auto& entry = cache[h % cache.size()];
+  if (entry.second == nullptr || entry.first != key) entry = {key, &resolve_slow(resolver, op, key)};
+  return *entry.second;
+}
+
+}  // namespace
+
+bool run_foreign(const PyObjectRef& resolver, const c10::OperatorHandle& op,
+                 torch::jit::Stack* stack, c10::DeviceIndex device) {
+  const ResolvedKernel& resolved = kernel_for(resolver, op);
+  if (!resolved.kernel) return false;
+  auto twin = twin_device_type(device);
+  // No twin (opaque memory): the library's kernels could not address the tensors.
+  if (!twin) return false;
+  TwinCall call(device, *twin);
+  return call.run_with(op, stack, [&](const c10::OperatorHandle& o, torch::jit::Stack* s) {
+    return call_python_kernel(resolved.kernel, o, s);
+  });
+}
+
+}  // namespace flagos

@@ -1,0 +1,31 @@
+// Kernels of a foreign kernel library (Python functions, e.g. FlagGems' Triton kernels)
+// run on flagos tensors by the twin engine's machinery: each flagos tensor argument is
+// aliased as a tensor of the HAL's native twin device without a copy (aten/alias.h), the
+// twin device and the twin stream under the current flagos stream are made current
+// (TwinStreamGuard), the kernel's own allocations land in flagos memory (the kernel scope,
+// aten/host_results.h and aten/device_results.h), and its results are mapped back exactly
+// as for a twin kernel (the caller's tensors for in-place and out=, flagos views for views,
+// adopted flagos tensors for fresh results). See dispatch/twin_call.h.
+//
+// A provider of this kind is registered with a kernel resolver, a Python callable
+// resolver(op_name) -> kernel or None, asked once per op and resolver (never per call).
+// The kernel is called as kernel(*args, **kwargs) with the op's schema arguments (the
+// aliases in place of flagos tensors, the twin device for a flagos device argument, the
+// twin generator for a generator argument) and returns the op's results on the twin, or
+// NotImplemented to decline the call (the next provider of the chain runs; the caller's
+// arguments are untouched). A resolver that returns None declines every call of that op.
+#pragma once
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+
+#include "dispatch/python_bridge.h"
+
+namespace flagos {
+
+// Runs `op` on flagos:`device` with the kernel that `resolver` gives for it; false when the
+// kernel (or the resolver) declines the call, the stack then unchanged.
+bool run_foreign(const PyObjectRef& resolver, const c10::OperatorHandle& op,
+                 torch::jit::Stack* stack, c10::DeviceIndex device);
+
+}  // namespace flagos

@@ -1,0 +1,179 @@
+"""FlagGems through flagos (route ``gems``) against FlagGems itself and native ATen, on a
+CUDA HAL, measured side by side in one run.
+
+    python packages/flagos-ops-gems/benchmarks/gems_bench.py [--only host,model] [--quick]
+
+``host``: host microseconds per call of small hot ops (GPU work negligible, so the time is
+what the host spends per call), each timed four ways in alternating rounds:
+
+- ``native``: the op on CUDA tensors, ATen's own kernel;
+- ``FlagGems``: the op on CUDA tensors inside ``flag_gems.use_gems()`` (FlagGems
+  registered on the CUDA key, as ``flag_gems.enable()`` does);
+- ``gems``: the op on flagos tensors routed to ``gems`` (FlagGems' kernels on zero-copy
+  CUDA aliases);
+- ``boxing``: the op on flagos tensors routed to ``boxing`` (ATen's CUDA kernel).
+
+``gems - FlagGems`` is what flagos adds per call. The providers that served each op are
+printed from ``flagos.routing.stats()`` (an op that FlagGems does not serve as such, e.g.
+one that decomposes above flagos, shows which ops gems served instead).
+
+``model``: a bf16 TinyLlama training step (forward + backward) on flagos with the gems
+routing file against native CUDA with ``flag_gems.enable()`` (timed in a clean process
+without flagos, see flagos.models.clean_process), throughput ratio native time / flagos time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from collections.abc import Callable
+
+import flagos
+import torch
+import torch.nn.functional as F
+from flagos.bench import print_sections, timeit
+
+
+def _ops(dev: torch.device) -> dict[str, tuple[Callable[..., object], tuple]]:
+    """name -> (fn, args on `dev`); small shapes so that the host cost dominates."""
+    g = torch.Generator().manual_seed(0)
+
+    def r(*shape, dtype=torch.float32):
+        return torch.randn(*shape, generator=g, dtype=dtype).to(dev)
+
+    a, b = r(64, 64), r(64, 64)
+    w, bias = r(64), r(64)
+    table = r(1000, 64)
+    idx = torch.randint(0, 1000, (32,), generator=g).to(dev)
+    return {
+        "add": (torch.add, (a, b)),
+        "mul": (torch.mul, (a, b)),
+        "mm": (torch.mm, (a, b)),
+        "softmax": (lambda x: torch.softmax(x, -1), (a,)),
+        "layer_norm": (lambda x, w, b: F.layer_norm(x, (64,), w, b), (a, w, bias)),
+        "rms_norm": (lambda x, w: F.rms_norm(x, (64,), w), (a, w)),
+        "sum": (torch.sum, (a,)),
+        "embedding": (F.embedding, (idx, table)),
+        "silu": (F.silu, (a,)),
+        "gelu": (F.gelu, (a,)),
+    }
+
+
+def _served(name: str, fn, args) -> str:
+    flagos.routing.reset_stats()
+    fn(*args)
+    torch.flagos.synchronize()
+    parts = []
+    for op, per in sorted(flagos.routing.stats().items()):
+        for prov, st in per.items():
+            if st["calls"]:
+                parts.append(f"{op.removeprefix('aten::')}={prov}")
+    return ", ".join(parts) or "no routed op"
+
+
+def bench_host(min_time: float, rounds: int) -> list[str]:
+    import flag_gems
+
+    cuda = flagos.twin_device(0)
+    fl = torch.device("flagos", 0)
+    native_ops, flagos_ops = _ops(cuda), _ops(fl)
+    lines = [(f"## host us per call, {torch.cuda.get_device_name(cuda)}, FlagGems "
+              f"{flag_gems.__version__}, torch {torch.__version__} (min of {rounds} rounds)"),
+             (f"  {'op':<11}{'native':>9}{'FlagGems':>10}{'gems':>9}{'boxing':>9}"
+              f"{'gems-FlagGems':>15}   served through flagos (gems route)")]
+    for name, (fn, args_n) in native_ops.items():
+        args_f = flagos_ops[name][1]
+        t = {"native": [], "FlagGems": [], "gems": [], "boxing": []}
+        for _ in range(rounds):
+            t["native"].append(timeit(fn, cuda, min_time, args=args_n))
+            with flag_gems.use_gems():
+                t["FlagGems"].append(timeit(fn, cuda, min_time, args=args_n))
+            for route in ("gems", "boxing"):
+                with flagos.routing.override({"default": [route, "boxing", "cpu"]}):
+                    t[route].append(timeit(fn, fl, min_time, args=args_f))
+        best = {k: min(v) * 1e6 for k, v in t.items()}
+        with flagos.routing.override({"default": ["gems", "boxing", "cpu"]}):
+            served = _served(name, fn, args_f)
+        lines.append(f"  {name:<11}{best['native']:9.1f}{best['FlagGems']:10.1f}"
+                     f"{best['gems']:9.1f}{best['boxing']:9.1f}"
+                     f"{best['gems'] - best['FlagGems']:15.1f}   {served}")
+        print(lines[-1], flush=True)
+    return lines
+
+
+def bench_model(quick: bool) -> list[str]:
+    from flagos.models import LlamaConfig, TinyLlama
+    from flagos.models.clean_process import CleanProcessTimer, time_steps
+
+    cuda = flagos.twin_device(0)
+    fl = torch.device("flagos", 0)
+    cfg = LlamaConfig(dim=1024 if quick else 2048, n_layers=4 if quick else 8,
+                      n_heads=16, hidden_dim=2816 if quick else 5632,
+                      max_seq_len=1025, vocab_size=32000)
+    batch, seq, steps = (4, 512, 5) if quick else (8, 1024, 10)
+    dtype = torch.bfloat16
+    torch.manual_seed(0)
+    tokens = torch.randint(0, cfg.vocab_size, (batch, seq + 1))
+    torch.manual_seed(1)
+    model = TinyLlama(cfg).to(device=fl, dtype=dtype)
+    fl_tokens = tokens.to(fl)
+    lines = [(f"## model: TinyLlama {cfg.n_layers}x{cfg.dim} bf16 forward+backward, batch "
+              f"{batch}x{seq}; flagos with the gems routing file vs native CUDA with "
+              "flag_gems.enable() (clean process)")]
+    timer = CleanProcessTimer(dataclasses.asdict(cfg), str(cuda), dtype, batch, seq, seed=1,
+                              setup="flag_gems:enable")
+    results: dict[str, float] = {}
+    flagos.routing.reset_stats()
+    try:
+        flagos.routing.load("gems")
+        sides = {"flagos-gems": lambda w, n: time_steps(model, fl_tokens,
+                                                        torch.flagos.synchronize, w, n),
+                 "cuda+FlagGems": timer}
+        for rnd in range(2):
+            for name, run in sides.items():
+                t0 = time.perf_counter()
+                s = run(2 if rnd == 0 else 0, steps)
+                results[name] = min(results.get(name, s), s)
+                print(f"  round {rnd} {name}: {s * 1e3:.1f} ms/step "
+                      f"({time.perf_counter() - t0:.0f}s)", flush=True)
+    finally:
+        timer.close()
+        flagos.routing.reset()
+    used: dict[str, int] = {}
+    for per in flagos.routing.stats().values():
+        for provider, st in per.items():
+            used[provider] = used.get(provider, 0) + st["calls"]
+    f, c = results["flagos-gems"], results["cuda+FlagGems"]
+    tok = batch * seq
+    lines.append(f"  flagos-gems {tok / f:10.0f} tok/s   cuda+FlagGems {tok / c:10.0f} tok/s   "
+                 f"throughput ratio {c / f:5.3f}   (flagos ops by provider: {used})")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--only", default="host,model")
+    p.add_argument("--quick", action="store_true", help="shorter timings, smaller model")
+    p.add_argument("--rounds", type=int, default=3)
+    args = p.parse_args(argv)
+    if flagos.device_count() == 0 or flagos.get_device_properties(0).twin_device != "cuda":
+        print("gems_bench: needs a flagos device on a CUDA HAL (FLAGOS_HAL=cuda)")
+        return 0
+    gems = flagos.routing.providers().get("gems")
+    why = gems.unavailable_on(flagos.get_device_properties(0).hal) if gems else "not installed"
+    if why:
+        print(f"gems_bench: the gems provider cannot run here: {why}")
+        return 0
+    print(f"# gems bench: torch {torch.__version__}, flagos:0 = {flagos.get_device_name(0)}",
+          flush=True)
+    sections = {"host": lambda: bench_host(0.05 if args.quick else 0.2, args.rounds),
+                "model": lambda: bench_model(args.quick)}
+    print_sections(sections, args.only)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""FlagGems as a kernel library: its op table, read from the installed FlagGems.
+
+FlagGems 5.0 keeps its ATen overloads in ``flag_gems._FULL_CONFIG`` (``("add.Tensor",
+add)``, optional condition) and registers them through a registrar class that filters them
+(conditions, the vendor's unused ops, ops a C++ extension already patches) before calling
+``register_impl`` per overload. ``flag_gems.enable`` accepts another registrar; the one here
+subclasses FlagGems' own and records the (overload, function) pairs instead of registering
+them, so the table is exactly what ``flag_gems.enable()`` would register, on the device
+type FlagGems detected, with nothing registered with torch.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ._library import KernelLibrary, LibraryUnavailable, OpTable
+
+__all__ = ["SUPPORTED", "FlagGems"]
+
+SUPPORTED = (">=5.0.2", "<5.1")
+"""The FlagGems releases this provider is tested with (the extra ``flagos-ops-gems[flaggems]``
+pins the same range)."""
+
+
+def _version_ok(version: str) -> bool:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        v = Version(version)
+    except InvalidVersion:
+        return False
+    return Version(SUPPORTED[0][2:]) <= v < Version(SUPPORTED[1][1:])
+
+
+class FlagGems(KernelLibrary):
+    """The FlagGems Triton kernel library (package ``flag-gems``, module ``flag_gems``)."""
+
+    name = "FlagGems"
+
+    def __init__(self) -> None:
+        self.import_seconds: float | None = None
+
+    def load(self) -> tuple[OpTable, frozenset[str]]:
+        start = time.perf_counter()
+        try:
+            import flag_gems
+        except ImportError as e:
+            raise LibraryUnavailable(
+                f"not installed: FlagGems is missing ({e}); pip install "
+                f"'flagos-ops-gems[flaggems]'") from e
+        except Exception as e:
+            raise LibraryUnavailable(
+                f"not installed: import flag_gems failed: {type(e).__name__}: "
+                f"{str(e).strip()}") from e
+        self.import_seconds = time.perf_counter() - start
+        version = getattr(flag_gems, "__version__", "?")
+        if not _version_ok(version):
+            raise LibraryUnavailable(
+                f"not installed: FlagGems {version} found, flagos-ops-gems needs flag-gems"
+                f"{','.join(SUPPORTED)}")
+        try:
+            table, device = _op_table(flag_gems)
+        except Exception as e:
+            raise LibraryUnavailable(
+                f"not installed: FlagGems {version}'s op table could not be read: "
+                f"{type(e).__name__}: {e}") from e
+        return table, frozenset({device})
+
+
+def _op_table(flag_gems) -> tuple[dict[str, object], str]:
+    from flag_gems.config import aten_patch_list, resolve_user_setting
+    from flag_gems.runtime.register import Register
+
+    class Recorder(Register):
+        """FlagGems' registrar, recording what it would register."""
+
+        def register_impl(self, key, fn):
+            self.recorded.append((key, fn))
+
+        def for_each(self):
+            self.recorded = []
+            super().for_each()
+
+    # The arguments flag_gems.enable() gives its registrar by default.
+    recorder = Recorder(
+        flag_gems._FULL_CONFIG,
+        user_include_ops=[],
+        user_exclude_ops=resolve_user_setting(None, "exclude"),
+        cpp_patched_ops=list(set(aten_patch_list)),
+        lib=None,
+    )
+    table: dict[str, object] = {}
+    for key, fn in recorder.recorded:
+        name, _, overload = key.partition(".")
+        full = f"aten::{name}" if overload in ("", "default") else f"aten::{name}.{overload}"
+        table[full] = fn
+    return table, recorder.device.name
+
