@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdlib>
 
+#include "aten/result_adoption.h"
 #include "runtime/stream.h"
 
 namespace flagos {
@@ -114,9 +115,12 @@ at::Tensor make_alias(const at::Tensor& t, c10::Device twin, bool owning) {
   return alias_on(alias_storage, t);
 }
 
-// Whether `cached` is an exact alias of `t` on `twin`, held by nobody but the cache.
+// Whether `cached` is an exact alias of `t` on `twin`, held by nobody but the cache (and,
+// for an alias a foreign kernel got as a Python tensor, by that Python object, which
+// nothing else references: it is reused with the alias, see result_adoption.h).
 bool reusable(const at::Tensor& cached, const at::Tensor& t, c10::Device twin) {
-  if (!cached.defined() || cached.use_count() != 1 || cached.storage().use_count() != 1) {
+  if (!cached.defined() || !only_reference(cached.use_count(), cached.unsafeGetTensorImpl()) ||
+      !only_reference(cached.storage().use_count(), cached.storage().unsafeGetStorageImpl())) {
     return false;
   }
   const c10::Storage& a = cached.storage();
