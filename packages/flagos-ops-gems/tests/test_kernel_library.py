@@ -70,6 +70,15 @@ def test_structured_op_arrives_as_itself_not_as_out(test_library) -> None:
     assert _calls("aten::abs.out", "boxing") == 0
 
 
+def test_ops_arriving_as_themselves_stay_on_boxing_on_other_routes(test_library) -> None:
+    torch.ones(3, device="flagos").abs()  # the library is loaded: abs arrives as itself
+    flagos.routing.reset_stats()
+    with flagos.routing.override({"default": ["boxing", "cpu"]}):
+        out = torch.tensor([-2.0, 3.0], device="flagos").abs()
+    assert out.cpu().tolist() == [2.0, 3.0]
+    assert _calls("aten::abs", "boxing") == 1 and _calls("aten::abs", "cpu") == 0
+
+
 def test_declined_call_goes_down_the_chain(test_library) -> None:
     a, b = torch.randn(8, 8), torch.randn(8)  # broadcasting: the test kernel declines
     out = a.to("flagos") + b.to("flagos")

@@ -7,7 +7,8 @@ as flagos. The caller's tensors are never mutated to do it: the views are separa
 tensors sharing the bytes. The engine that does this is the flagos core's C++ "twin"
 engine (it needs the storage, stream and allocator internals); this package decides
 what the ``boxing`` provider serves: every op overload the installed torch has a kernel
-for on the twin device, read from the operator registry at import.
+for on the twin device (its own, or a composite one that runs on every device), read
+from the operator registry.
 """
 
 from __future__ import annotations
@@ -43,13 +44,31 @@ _NATIVE_EQUIVALENTS = {
 }
 
 
+# An op with one of these kernels runs on every device, the twin included. Such ops reach
+# flagos as themselves only once a provider asks for it (a kernel library serving them,
+# flagos._routing_backend.route_ops_as_themselves); the twin then still serves them.
+_COMPOSITES = ("CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional")
+
+
 @functools.cache
-def _has_twin_kernel(op: str, key: str) -> bool:
+def _has_own_kernel(op: str, key: str) -> bool:
+    """A kernel of the twin's own for ``op`` (or a native equivalent of a hook)."""
     if op in _NATIVE_EQUIVALENTS:
         return True
     try:
         return torch._C._dispatch_has_kernel_for_dispatch_key(op, key)
     except RuntimeError:  # not an operator this torch knows
+        return False
+
+
+@functools.cache
+def _has_twin_kernel(op: str, key: str) -> bool:
+    """Whether the twin can run ``op``: a kernel of its own, or a composite one."""
+    if _has_own_kernel(op, key):
+        return True
+    try:
+        return any(torch._C._dispatch_has_kernel_for_dispatch_key(op, k) for k in _COMPOSITES)
+    except RuntimeError:
         return False
 
 
@@ -81,7 +100,7 @@ def coverage(hal: str = "sim") -> list[str]:
     routed_kernels = set(_C._routed_kernel_ops())  # flagos kernels that still route the op
     out = []
     for name in torch._C._dispatch_get_all_op_names():
-        if not name.startswith("aten::") or not _has_twin_kernel(name, key):
+        if not name.startswith("aten::") or not _has_own_kernel(name, key):
             continue
         if (torch._C._dispatch_has_kernel_for_dispatch_key(name, "PrivateUse1")
                 and name not in routed_kernels):
