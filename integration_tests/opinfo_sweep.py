@@ -777,11 +777,13 @@ def print_table(summary: dict, results: list[dict], seconds: float) -> None:
           f" {s['pass_rate']:>7.2f}% {s['random_shape_only']:>19} {s['twin_reference']:>15}")
     print(f"(skipped: no sample runs on CPU for the dtype; {seconds:.0f}s; op calls served: "
           + ", ".join(f"{k}={v}" for k, v in sorted(s["calls_by_provider"].items())) + ")")
-    if s["route"] != "cpu":
+    if s["route"] not in ("cpu", FLAGGEMS_CUDA):  # FLAGGEMS_CUDA: no flagos, no stats
         fell = [r["op"] for r in results
                 if r.get("providers", {}).get("cpu") and r["status"] != "skip"]
-        if not s["calls_by_provider"].get(s["route"]):
-            print(f"WARNING: provider {s['route']!r} served no call: every op fell to cpu")
+        head = s["route"].split(",")[0]
+        if not s["calls_by_provider"].get(head):
+            print(f"WARNING: provider {head!r} served no call: every op fell to the rest "
+                  "of the chain")
         elif fell:
             print(f"OpInfos with calls that {s['route']!r} left to cpu ({len(fell)}): "
                   + ", ".join(fell[:20]) + (" ..." if len(fell) > 20 else ""))
