@@ -12,6 +12,7 @@ type FlagGems detected, with nothing registered with torch.
 from __future__ import annotations
 
 import time
+import warnings
 
 from ._library import KernelLibrary, LibraryUnavailable, OpTable
 
@@ -81,11 +82,15 @@ def _op_table(flag_gems) -> tuple[dict[str, object], str]:
             self.recorded = []
             super().for_each()
 
-    # The arguments flag_gems.enable() gives its registrar by default.
+    # The arguments flag_gems.enable() gives its registrar by default (without the warning
+    # that no exclude list was given: none is, as by default).
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        exclude = resolve_user_setting(None, "exclude")
     recorder = Recorder(
         flag_gems._FULL_CONFIG,
         user_include_ops=[],
-        user_exclude_ops=resolve_user_setting(None, "exclude"),
+        user_exclude_ops=exclude,
         cpp_patched_ops=list(set(aten_patch_list)),
         lib=None,
     )
