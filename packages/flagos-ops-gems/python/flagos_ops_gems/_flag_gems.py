@@ -52,7 +52,7 @@ class FlagGems(KernelLibrary):
         except Exception as e:
             raise LibraryUnavailable(
                 f"not installed: import flag_gems failed: {type(e).__name__}: "
-                f"{str(e).strip()}") from e
+                f"{' '.join(str(e).split())}") from e  # one line, for explain and info
         self.import_seconds = time.perf_counter() - start
         version = getattr(flag_gems, "__version__", "?")
         if not _version_ok(version):
