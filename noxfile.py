@@ -22,6 +22,9 @@ nox.options.reuse_existing_virtualenvs = False
 # The CPU machines take this build from local disk; newer ranges pull a CUDA build.
 TORCH_CPU = "torch==2.13.0"
 BUILD_TOOLS = ["scikit-build-core>=0.10", "ninja", "pytest", "numpy", "expecttest"]
+# The model zoo (integration_tests/models): the library ranges it is tested with. Neither
+# library depends on torch, so installing them leaves the session's torch as it is.
+MODEL_ZOO = ["transformers>=5.17,<5.24", "diffusers>=0.42,<0.43"]
 
 # Install order follows the dependency graph; every package is a separate wheel.
 PACKAGES = [
@@ -84,7 +87,8 @@ def _prepare(session: nox.Session, hw: str | None = None) -> str:
 def tests(session: nox.Session, hw: str) -> None:
     """Every package's tests and the integration tests on the sim (or cuda) HAL."""
     _prepare(session, hw)
-    env = {"FLAGOS_TEST_HW": hw, "FLAGOS_HAL": hw}
+    session.install(*MODEL_ZOO, *([] if hw == "cuda" else [TORCH_CPU]))
+    env = {"FLAGOS_TEST_HW": hw, "FLAGOS_HAL": hw, "HF_HUB_OFFLINE": "1"}
     session.run("python", "-m", "flagos_hal.conformance", "--hal", hw, env=env)
     if hw == "sim":
         session.run("python", "-m", "flagos_hal.conformance", "--hal", "sim", "--asan", env=env)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Downloads into .whl/ the pure-Python wheels the GPU machine lacks (it has no network):
-# nox, scikit-build-core, pytest, expecttest and their dependencies, for its Python 3.12.
+# nox, scikit-build-core, pytest, expecttest and their dependencies, and the model zoo's
+# diffusers, for its Python 3.12.
 # .whl/ is ignored by git (add '/.whl/' to .git/info/exclude) and travels with `carry`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,4 +9,11 @@ grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/ex
 python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
   --platform manylinux2014_x86_64 -d .whl nox scikit-build-core pytest expecttest ninja
+# The model zoo's diffusers (the machine has transformers 5.17, which needs
+# huggingface-hub <2, and no diffusers, which needs >=1.32): without dependencies, so the
+# machine's own packages stay as they are.
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+  --platform manylinux2014_x86_64 -d .whl diffusers==0.42.1 huggingface-hub==1.33.0 \
+  importlib_metadata zipp pillow
 ls .whl

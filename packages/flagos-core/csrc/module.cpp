@@ -9,6 +9,7 @@
 #include "aten/device_results.h"
 #include "aten/host_results.h"
 #include "compiled_code.h"
+#include "dispatch/cpu_dtype_gaps.h"
 #include "dispatch/dispatcher.h"
 #include "runtime/allocator.h"
 #include "runtime/generator.h"
@@ -188,6 +189,7 @@ PYBIND11_MODULE(_C, m) {
   }, py::arg("name"), py::arg("kind"), py::arg("fn") = py::none());
   m.def("_providers", &flagos::registered_providers);
   m.def("_routed_kernel_ops", &flagos::routed_kernel_ops);
+  m.def("_cpu_dtype_gaps", &flagos::cpu_dtype_gap_counts);
   m.def("_set_resolver", [](py::object fn) { flagos::set_resolver(fn.is_none() ? nullptr : fn.ptr()); });
   m.def("_bump_routing_version", &flagos::bump_routing_version);
   m.def("_routing_version", &flagos::routing_version);
