@@ -10,10 +10,11 @@ python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implement
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
   --platform manylinux2014_x86_64 -d .whl nox scikit-build-core pytest expecttest ninja
 # The model zoo's diffusers (the machine has transformers 5.17, which needs
-# huggingface-hub <2, and no diffusers, which needs >=1.32): without dependencies, so the
-# machine's own packages stay as they are.
+# huggingface-hub <2, and no diffusers, which needs >=1.32) and what diffusers imports
+# that transformers does not (requests, Pillow): without dependencies, so the machine's
+# own packages (torch above all) stay as they are.
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
   --platform manylinux2014_x86_64 -d .whl diffusers==0.42.1 huggingface-hub==1.33.0 \
-  importlib_metadata zipp pillow
+  click hf-xet importlib_metadata zipp pillow requests charset_normalizer idna urllib3 certifi
 ls .whl
