@@ -124,5 +124,5 @@ CASES = [
     Case("BERT (padding mask)", "transformers", bert, bert_inputs, ("forward", "train")),
     Case("T5", "transformers", t5, t5_inputs, LM_CHECKS),
     Case("ViT", "transformers", vit, vit_inputs, ("forward", "train")),
-    Case("Whisper", "transformers", whisper, whisper_inputs, ("forward", "train")),
+    Case("Whisper", "transformers", whisper, whisper_inputs, LM_CHECKS),
 ]
