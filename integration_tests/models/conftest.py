@@ -25,11 +25,15 @@ from zoo_check import RESULTS
 def full_fp32_on_cuda_twins():
     """The zoo compares with the CPU at fp32 tolerances; cuDNN's default TF32 convolutions
     (and TF32 matmuls where enabled) differ by ~1e-3 per layer."""
-    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cudnn.allow_tf32 = False
+    # The cudnn flags through their context manager: torch's OpInfo test helpers (imported
+    # by the OpInfo tests collected beside these) freeze plain assignment.
+    cudnn = torch.backends.cudnn
+    saved = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False
-    yield
-    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+    with cudnn.flags(enabled=cudnn.enabled, benchmark=cudnn.benchmark,
+                     deterministic=cudnn.deterministic, allow_tf32=False):
+        yield
+    torch.backends.cuda.matmul.allow_tf32 = saved
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

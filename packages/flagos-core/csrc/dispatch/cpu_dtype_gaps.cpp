@@ -28,7 +28,8 @@ constexpr std::initializer_list<ScalarType> kInts = {
 // - histc on integers: CUDA bins (x - min) * bins / (max - min) in integer arithmetic
 //   (floor, x in [min, max]); in double the same quotient is exact for |x| < 2^53 (every
 //   int32, and int64 in that range), so every element lands in the same bin, and the
-//   counts (integers) convert back exactly.
+//   counts (integers) convert back exactly. Bounds are taken as given: integral ones (what
+//   callers pass for ids) give CUDA's bins; CUDA truncates a fractional bound first.
 // - abs on bool: the identity; 0/1 as uint8 and back.
 constexpr std::array<Gap, 4> kGaps{{
     {"aten::histc", "", kInts, ScalarType::Double},
