@@ -62,7 +62,7 @@ bool lacks(const Gap& gap, const c10::IValue& v) {
 }  // namespace
 
 bool run_with_cpu_dtype_gaps_closed(const c10::OperatorHandle& op, torch::jit::Stack* stack,
-                                    const std::function<void(torch::jit::Stack*)>& run) {
+                                    c10::function_ref<void(torch::jit::Stack*)> run) {
   const auto& ops = handles();
   size_t g = 0;
   while (g < ops.size() && !(ops[g] && *ops[g] == op)) ++g;

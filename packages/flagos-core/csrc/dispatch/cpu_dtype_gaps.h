@@ -13,8 +13,8 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
+#include <c10/util/FunctionRef.h>
 
-#include <functional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -25,7 +25,7 @@ namespace flagos {
 // returns true; returns false (stack untouched) when `op` is not listed or none of its
 // arguments has a dtype the CPU kernel lacks.
 bool run_with_cpu_dtype_gaps_closed(const c10::OperatorHandle& op, torch::jit::Stack* stack,
-                                    const std::function<void(torch::jit::Stack*)>& run);
+                                    c10::function_ref<void(torch::jit::Stack*)> run);
 
 // (op, lacking dtypes, computed in, calls so far), one per listed op.
 std::vector<std::tuple<std::string, std::string, std::string, uint64_t>> cpu_dtype_gap_counts();
