@@ -26,6 +26,9 @@ BUILD_TOOLS = ["scikit-build-core>=0.10", "ninja", "pytest", "numpy", "expecttes
 # FlagGems with the one dependency it imports that a CUDA machine may lack.
 TRITON_CPU = "triton==3.6.0"
 FLAG_GEMS_CUDA = ["flag-gems>=5.0.2,<5.1", "sqlalchemy>=2.0"]
+# The model zoo (integration_tests/models): the library ranges it is tested with. Neither
+# library depends on torch, so installing them leaves the session's torch as it is.
+MODEL_ZOO = ["transformers>=5.17,<5.24", "diffusers>=0.42,<0.43"]
 
 # Install order follows the dependency graph; every package is a separate wheel.
 PACKAGES = [
@@ -94,7 +97,8 @@ def tests(session: nox.Session, hw: str) -> None:
         session.install(TRITON_CPU)
     else:
         session.install("--no-deps", *FLAG_GEMS_CUDA)
-    env = {"FLAGOS_TEST_HW": hw, "FLAGOS_HAL": hw}
+    session.install(*MODEL_ZOO, *([] if hw == "cuda" else [TORCH_CPU]))
+    env = {"FLAGOS_TEST_HW": hw, "FLAGOS_HAL": hw, "HF_HUB_OFFLINE": "1"}
     session.run("python", "-m", "flagos_hal.conformance", "--hal", hw, env=env)
     if hw == "sim":
         session.run("python", "-m", "flagos_hal.conformance", "--hal", "sim", "--asan", env=env)

@@ -3,7 +3,7 @@
 # $OUT (the device tool's output folder). Wheels the machine lacks are carried in .whl/
 # (tools/fetch_gpu_wheels.sh fetches them; name .whl in the run's carry).
 # Usage: tools/gpu_check.sh STEP...   steps: build conformance demo bench model sweep tests
-#        nox compile dist profile gems gems-tests gems-bench gems-model gems-sweep
+#        nox compile dist profile gems gems-tests gems-bench gems-model gems-sweep zoo
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:-/tmp/flagos-out}; mkdir -p "$OUT"
@@ -32,6 +32,10 @@ for s in "$@"; do
              2>&1 | tee "$OUT/nox.log" | tail -40 ;;
     tests) step tests; FLAGOS_HAL=cuda FLAGOS_TEST_HW=cuda timeout 540 python3 -m pytest -q -x -p no:cacheprovider \
              --import-mode=importlib --durations=10 packages/*/tests integration_tests 2>&1 | tee "$OUT/tests.log" | tail -40 ;;
+    zoo) step zoo; FLAGOS_HAL=cuda FLAGOS_TEST_HW=cuda HF_HUB_OFFLINE=1 FLAGOS_ZOO_RESULTS="$OUT/zoo-cuda.json" \
+           timeout 540 python3 -m pytest -q -p no:cacheprovider --durations=10 integration_tests/models \
+           2>&1 | tee "$OUT/zoo.log" | tail -40
+         python3 integration_tests/models/zoo_table.py "$OUT/zoo-cuda.json" | tee "$OUT/zoo-cuda.md" ;;
     compile) step compile; FLAGOS_HAL=cuda timeout ${COMPILE_TIMEOUT:-400} python3 packages/flagos-compile/benchmarks/compile_speedup.py --device cuda \
              2>&1 | tee "$OUT/compile.log" | tail -30 ;;
     profile) step profile; FLAGOS_HAL=cuda timeout 150 python3 tools/gpu_profile_model.py flagos 2>&1 | tee "$OUT/profile-flagos.log" | tail -60

@@ -9,6 +9,7 @@
 #include "aten/device_results.h"
 #include "aten/host_results.h"
 #include "compiled_code.h"
+#include "dispatch/cpu_dtype_gaps.h"
 #include "dispatch/dispatcher.h"
 #include "dispatch/routed_as_themselves.h"
 #include "runtime/allocator.h"
@@ -192,6 +193,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_providers", &flagos::registered_providers);
   m.def("_routed_kernel_ops", &flagos::routed_kernel_ops);
   m.def("_route_ops_as_themselves", &flagos::route_ops_as_themselves);
+  m.def("_cpu_dtype_gaps", &flagos::cpu_dtype_gap_counts);
   m.def("_set_resolver", [](py::object fn) { flagos::set_resolver(fn.is_none() ? nullptr : fn.ptr()); });
   m.def("_bump_routing_version", &flagos::bump_routing_version);
   m.def("_routing_version", &flagos::routing_version);

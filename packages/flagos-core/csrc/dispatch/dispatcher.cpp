@@ -304,11 +304,13 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
 // Ops whose CompositeExplicitAutograd kernel would win over the fallback but refuses
 // devices other than CPU/CUDA (mode.values; the *_overrideable hooks are what a PrivateUse1
 // backend receives for convolution), or decomposes where every provider has a fused kernel
-// (native_layer_norm: the math version goes through batch_norm, with other rounding):
+// (native_layer_norm: the math version goes through batch_norm, with other rounding;
+// native_group_norm: the math version views its input as (1, N * groups, -1), which fails
+// for the channels_last input that group_norm hands PrivateUse1, as it hands the CPU):
 // route them like every other op.
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   for (const char* name : {"mode.values", "convolution_overrideable",
-                           "convolution_backward_overrideable"}) {
+                           "convolution_backward_overrideable", "native_group_norm"}) {
     note_routed_kernel_op(name);
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&run_routed>());
   }

@@ -10,6 +10,7 @@
 
 #include "aten/alias.h"
 #include "dispatch/conv_layout.h"
+#include "dispatch/cpu_dtype_gaps.h"
 #include "dispatch/dispatcher.h"
 #include "dispatch/twin_call.h"
 
@@ -25,11 +26,14 @@ void run_twin(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::Devi
   TORCH_CHECK(twin, "flagos: the twin (boxing) engine needs a HAL whose memory a native device "
                     "can address; flagos:", int(device), " is opaque. Route ", op_full_name(op),
               " to another provider");
-  TwinCall(device, *twin).run(op, stack);
+  auto run = [&](torch::jit::Stack* s) { TwinCall(device, *twin).run(op, s); };
+  if (*twin == c10::DeviceType::CPU && run_with_cpu_dtype_gaps_closed(op, stack, run)) return;
+  run(stack);
 }
 
-void run_cpu(const c10::OperatorHandle& requested, torch::jit::Stack* stack,
-             c10::DeviceIndex device) {
+namespace {
+void run_cpu_kernel(const c10::OperatorHandle& requested, torch::jit::Stack* stack,
+                    c10::DeviceIndex device) {
   if (host_addressable(device)) {
     TwinCall(device, c10::DeviceType::CPU).run(requested, stack);
     return;
@@ -110,6 +114,12 @@ void run_cpu(const c10::OperatorHandle& requested, torch::jit::Stack* stack,
       v = v.toTensor().to(c10::Device(kFlagos, device));
     }
   }
+}
+}  // namespace
+
+void run_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DeviceIndex device) {
+  auto run = [&](torch::jit::Stack* s) { run_cpu_kernel(op, s, device); };
+  if (!run_with_cpu_dtype_gaps_closed(op, stack, run)) run(stack);
 }
 
 }  // namespace flagos

@@ -4,6 +4,7 @@
 #include <ATen/ops/empty_strided.h>
 
 #include "dispatch/dispatcher.h"
+#include "dispatch/twin_layouts.h"
 #include "runtime/generator.h"
 #include "runtime/resize.h"
 #include "runtime/stream.h"
@@ -155,6 +156,7 @@ bool TwinCall::run_with(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   op_ = &op;
   boxed_ = true;
   conv_layout_ = ConvLayout::predict(op, *stack);
+  prepare_twin_layouts(op, stack, twin_);
   const auto& arguments = op.schema().arguments();
   size_t n = arguments.size();
   size_t base = stack->size() - n;

@@ -13,6 +13,7 @@ Public API::
     resolve(op, device)   the provider chain for an op on a device
     explain(op)           which provider serves an op on each device, and why
     stats(), reset_stats()
+    cpu_dtype_gaps()      ops whose CPU kernel lacks a dtype, computed in a wider one
     providers(), register_provider(p), Provider
     set_backend(b)        connect the C++ core (implements Backend)
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 from .backend import Backend, NullBackend, Resolver
 from .config import RoutingConfigError, Rule
+from .cpu_dtype_gaps import cpu_dtype_gaps
 from .explain import DeviceRoute, Explanation, UnknownOpError, explain, reset_stats, stats
 from .providers import WELL_KNOWN_PROVIDERS, CpuProvider, Provider
 from .table import (
@@ -42,6 +44,6 @@ from .table import set_routes as set  # the public name is flagos.routing.set
 __all__ = [
     "WELL_KNOWN_PROVIDERS", "Backend", "CpuProvider", "Decision", "DeviceRoute", "Explanation",
     "NullBackend", "Provider", "Resolver", "RouteOverride", "RoutingConfigError", "Rule", "Step",
-    "UnknownOpError", "explain", "load", "override", "providers", "register_provider", "reset",
+    "UnknownOpError", "cpu_dtype_gaps", "explain", "load", "override", "providers", "register_provider", "reset",
     "reset_stats", "resolve", "rules", "set", "set_backend", "stats", "version",
 ]
