@@ -139,12 +139,12 @@ Status Sim::host_free(void* ptr, size_t) {
   return FLAGOS_SUCCESS;
 }
 
-Status Sim::memcpy(void* dst, const void* src, size_t size, flagos_memcpy_kind_t) {
+Status Sim::memcpy(void* dst, const void* src, size_t size, flagos_memcpy_kind_t, int, int) {
   std::memmove(dst, src, size);  // VENDOR: your runtime's synchronous copy
   return FLAGOS_SUCCESS;
 }
 
-Status Sim::memset(void* ptr, int value, size_t size) {
+Status Sim::memset(void* ptr, int value, size_t size, int) {
   std::memset(ptr, value, size);  // VENDOR: your runtime's memset
   return FLAGOS_SUCCESS;
 }

@@ -82,36 +82,9 @@ struct Sim : kit::VendorDefaults {
   using Stream = SimStream;
   using Event = SimEvent;
 
-  // device.cpp
-  static Status open(int* device_count);
-  static std::string version();
-  static Status properties(int device, flagos_device_properties_t* props);
+  FLAGOS_HAL_KIT_RUNTIME_CALLS()
+  // optional calls
   static Status intercept(kit::Op op);
-  // memory.cpp
-  static Status mem_get_info(int device, size_t* free_bytes, size_t* total_bytes);
-  static Status malloc(int device, size_t size, void** ptr);
-  static Status free(int device, void* ptr, size_t size);
-  static Status host_malloc(size_t size, void** ptr);
-  static Status host_free(void* ptr, size_t size);
-  static Status memcpy(void* dst, const void* src, size_t size, flagos_memcpy_kind_t kind);
-  static Status memset(void* ptr, int value, size_t size);
-  static Status memcpy_async(void* dst, const void* src, size_t size, flagos_memcpy_kind_t kind,
-                             Stream& stream);
-  static Status memset_async(void* ptr, int value, size_t size, Stream& stream);
-  // stream.cpp
-  static Status priority_range(int* least, int* greatest);
-  static Status stream_create(Stream& stream);
-  static Status stream_destroy(Stream& stream);
-  static Status stream_query(Stream& stream);
-  static Status stream_synchronize(Stream& stream);
-  static Status stream_wait_event(Stream& stream, Event& event);
-  static void* stream_native_handle(Stream& stream);
-  static Status event_create(Event& event);
-  static Status event_destroy(Event& event);
-  static Status event_record(Event& event, Stream& stream);
-  static Status event_query(Event& event);
-  static Status event_synchronize(Event& event);
-  static Status event_elapsed_time(float* ms, Event& start, Event& end);
 };
 
 }  // namespace flagos_sim

@@ -2,12 +2,12 @@
 // points (dlsym), so a HAL builds without the vendor SDK and loads, reporting no device,
 // on machines without the driver.
 //
-//   kit::RuntimeLibrary lib;
-//   if (!lib.open("libcuda.so.1")) return kit::fail(FLAGOS_ERROR_NO_DEVICE, "%s", lib.error().c_str());
-//   lib.resolve(cuInit, "cuInit");                            // required
+//   static kit::RuntimeLibrary lib;                       // in the vendor's open()
+//   FLAGOS_KIT_TRY(lib.open("libcuda.so.1", "no NVIDIA driver on this machine?"));
+//   lib.resolve(cuInit, "cuInit");                        // required
 //   lib.resolve_any(cuEventElapsedTime, {"cuEventElapsedTime_v2", "cuEventElapsedTime"});
-//   lib.resolve_optional(cuGetErrorName, "cuGetErrorName");    // may stay NULL
-//   if (!lib.missing().empty()) ...                            // "cuInit, cuFoo"
+//   lib.resolve_optional(cuGetErrorName, "cuGetErrorName");  // may stay NULL
+//   FLAGOS_KIT_TRY(lib.complete("an NVIDIA driver"));     // NO_DEVICE naming what is missing
 #pragma once
 
 #include <dlfcn.h>
@@ -15,20 +15,28 @@
 #include <initializer_list>
 #include <string>
 
+#include "flagos_hal/kit/errors.hpp"
+
 namespace flagos_hal {
 namespace kit {
 
 class RuntimeLibrary {
  public:
-  // dlopen(RTLD_NOW | RTLD_LOCAL); false (and error()) when it cannot be opened.
-  bool open(const char* soname) {
+  // dlopen(RTLD_NOW | RTLD_LOCAL); NO_DEVICE "<soname> not found: <dlerror> (<hint>)" when
+  // it cannot be opened.
+  Status open(const char* soname, const char* hint) {
     dlerror();
-    handle_ = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
-    if (!handle_) {
-      const char* e = dlerror();
-      error_ = std::string(soname) + " not found: " + (e ? e : "dlopen failed");
-    }
-    return handle_ != nullptr;
+    soname_ = soname;
+    if ((handle_ = dlopen(soname, RTLD_NOW | RTLD_LOCAL))) return FLAGOS_SUCCESS;
+    const char* e = dlerror();
+    return fail(FLAGOS_ERROR_NO_DEVICE, "%s not found: %s (%s)", soname, e ? e : "dlopen failed", hint);
+  }
+  // NO_DEVICE "<soname> is too old or not <what>: missing a, b" when a required symbol is
+  // missing, else SUCCESS.
+  Status complete(const char* what) const {
+    if (missing_.empty()) return FLAGOS_SUCCESS;
+    return fail(FLAGOS_ERROR_NO_DEVICE, "%s is too old or not %s: missing %s", soname_.c_str(), what,
+                missing_.c_str());
   }
   // Sets `slot` to the symbol; a missing one is added to missing().
   template <typename F>
@@ -52,12 +60,11 @@ class RuntimeLibrary {
     return slot != nullptr;
   }
   void* handle() const { return handle_; }
-  const std::string& error() const { return error_; }
   const std::string& missing() const { return missing_; }  // "" when every symbol resolved
 
  private:
   void* handle_ = nullptr;  // never closed: HAL calls may come until the process exits
-  std::string error_;
+  std::string soname_;
   std::string missing_;
 };
 

@@ -7,7 +7,10 @@
 
 #include <cstdarg>
 #include <cstdio>
+#include <initializer_list>
 #include <string>
+#include <unordered_map>
+#include <utility>
 
 #include "flagos_hal/flagos_hal.h"
 
@@ -38,6 +41,25 @@ inline Status fail(Status status, const char* fmt, ...) {
   va_end(ap);
   return fail_text(status, buf);
 }
+
+// A runtime's error codes by the flagos status each means; any other code is UNKNOWN.
+//   static const kit::ErrorMap kMap = {{FLAGOS_ERROR_OUT_OF_MEMORY, {2}}, ...};
+//   return kMap(code);
+class ErrorMap {
+ public:
+  ErrorMap(std::initializer_list<std::pair<Status, std::initializer_list<long>>> groups) {
+    for (const auto& g : groups) {
+      for (long code : g.second) map_[code] = g.first;
+    }
+  }
+  Status operator()(long code) const {
+    auto it = map_.find(code);
+    return it == map_.end() ? FLAGOS_ERROR_UNKNOWN : it->second;
+  }
+
+ private:
+  std::unordered_map<long, Status> map_;
+};
 
 }  // namespace kit
 }  // namespace flagos_hal

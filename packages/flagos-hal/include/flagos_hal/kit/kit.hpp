@@ -28,52 +28,21 @@
 //     static constexpr flagos_native_device_t kNativeDevice = FLAGOS_NATIVE_NONE;
 //     struct Stream : kit::StreamBase { ... };          // your per-stream state
 //     struct Event : kit::EventBase { ... };            // your per-event state
-//
-//     // Called once, before any call that needs the device: load the runtime and count the
-//     // devices. A failure (kit::fail(FLAGOS_ERROR_NO_DEVICE, "why")) makes the HAL report
-//     // 0 devices and answer NO_DEVICE with that reason.
-//     static Status open(int* device_count);
-//     static std::string version();                      // after open, e.g. driver versions
-//     // `props` arrives zeroed (native_device_index -1); fill what the runtime knows.
-//     static Status properties(int device, flagos_device_properties_t* props);
-//     static Status mem_get_info(int device, size_t* free_bytes, size_t* total_bytes);
-//     // memory: sizes > 0, pointers non-NULL, devices in range (the kit checked).
-//     static Status malloc(int device, size_t size, void** ptr);  // >= 256-byte aligned
-//     static Status free(int device, void* ptr, size_t size);     // a live allocation
-//     static Status host_malloc(size_t size, void** ptr);         // page-locked
-//     static Status host_free(void* ptr, size_t size);
-//     static Status memcpy(void* dst, const void* src, size_t size, flagos_memcpy_kind_t kind);
-//     static Status memset(void* ptr, int value, size_t size);
-//     static Status memcpy_async(void* dst, const void* src, size_t size,
-//                                flagos_memcpy_kind_t kind, Stream& stream);
-//     static Status memset_async(void* ptr, int value, size_t size, Stream& stream);
-//     // streams: `stream.device`, `.priority` (clamped) and `.is_default` are set.
-//     static Status priority_range(int* least, int* greatest);    // asked once
-//     static Status stream_create(Stream& stream);
-//     static Status stream_destroy(Stream& stream);     // the queued work still completes
-//     static Status stream_query(Stream& stream);       // SUCCESS or NOT_READY
-//     static Status stream_synchronize(Stream& stream);
-//     static Status stream_wait_event(Stream& stream, Event& event);  // event was recorded
-//     static void* stream_native_handle(Stream& stream);              // or nullptr
-//     // events: `event.flags` is set (FLAGOS_EVENT_*).
-//     static Status event_create(Event& event);
-//     static Status event_destroy(Event& event);
-//     static Status event_record(Event& event, Stream& stream);
-//     static Status event_query(Event& event);          // recorded; SUCCESS or NOT_READY
-//     static Status event_synchronize(Event& event);    // recorded
-//     static Status event_elapsed_time(float* ms, Event& start, Event& end);  // both timed, recorded
-//
-//     // Optional; the kit's behaviour when absent is given.
-//     static Status set_device(int device);        // make the device current (no-op)
-//     static Status device_synchronize(int device); // (synchronize each stream of the device)
+//     FLAGOS_HAL_KIT_RUNTIME_CALLS()                    // declares the calls listed there
+//     // Optional; the kit's behaviour when absent is in parentheses.
+//     static Status activate(int device);           // make `device` the one the next runtime
+//                                                    // calls of this thread address (nothing)
+//     static Status set_device(int device);         // set_device's extra work (nothing)
+//     static Status device_synchronize(int device);  // (synchronize each stream of the device)
 //     static Status pointer_attributes(const void* ptr, flagos_pointer_attributes_t* attr);
-//                                                   // (answer from the allocation registry)
-//     static Status intercept(kit::Op op);          // non-SUCCESS fails the call (none)
+//                                                    // (answer from the allocation registry)
+//     static Status intercept(kit::Op op);           // non-SUCCESS fails the call (nothing)
 //   };
-//   FLAGOS_HAL_KIT_ENTRY(Acme)
+//   FLAGOS_HAL_KIT_ENTRY(Acme)                        // in one source file
 //
+// The vendor defines each call of FLAGOS_HAL_KIT_RUNTIME_CALLS (`Status Acme::malloc(...)`).
 // Failures are reported with kit::fail(status, "printf format", ...), which records the
-// message; results go to the out-parameters only on SUCCESS (the kit copies them out).
+// message; the kit copies results to the caller's out-parameters only on SUCCESS.
 #pragma once
 
 #include <pthread.h>
@@ -92,6 +61,51 @@
 #include "flagos_hal/kit/registry.hpp"
 #include "flagos_hal/status_text.h"
 
+// The runtime calls a vendor class defines, declared inside it (after its Stream and Event
+// types). The kit has checked the arguments before each call: devices are in range,
+// sizes > 0, pointers non-NULL, handles live.
+#define FLAGOS_HAL_KIT_RUNTIME_CALLS()                                                       \
+  /* Once, before any call that needs the device: load the runtime, count the devices. A  \
+     failure (kit::fail(FLAGOS_ERROR_NO_DEVICE, "why")) makes the HAL report 0 devices   \
+     and answer NO_DEVICE with that reason. */                                             \
+  static ::flagos_hal::kit::Status open(int* device_count);                                \
+  static std::string version(); /* after open: runtime and driver versions */              \
+  /* props arrives zeroed (native_device_index -1): fill what the runtime knows. */        \
+  static ::flagos_hal::kit::Status properties(int device, flagos_device_properties_t* props); \
+  static ::flagos_hal::kit::Status mem_get_info(int device, size_t* free_bytes, size_t* total_bytes); \
+  /* memory: malloc >= 256-byte aligned; free/host_free get a live allocation and its size; \
+     host_malloc is page-locked memory. memcpy/memset are synchronous (complete on return), \
+     run on the device given: the owner of the device-side pointer (a copy's other side's,  \
+     or the thread's current device, when unknown); -1 for a host side. */                  \
+  static ::flagos_hal::kit::Status malloc(int device, size_t size, void** ptr);            \
+  static ::flagos_hal::kit::Status free(int device, void* ptr, size_t size);               \
+  static ::flagos_hal::kit::Status host_malloc(size_t size, void** ptr);                   \
+  static ::flagos_hal::kit::Status host_free(void* ptr, size_t size);                      \
+  static ::flagos_hal::kit::Status memcpy(void* dst, const void* src, size_t size,         \
+                                          flagos_memcpy_kind_t kind, int dst_device,       \
+                                          int src_device);                                 \
+  static ::flagos_hal::kit::Status memset(void* ptr, int value, size_t size, int device);  \
+  static ::flagos_hal::kit::Status memcpy_async(void* dst, const void* src, size_t size,   \
+                                                flagos_memcpy_kind_t kind, Stream& stream); \
+  static ::flagos_hal::kit::Status memset_async(void* ptr, int value, size_t size, Stream& stream); \
+  /* streams: device, priority (clamped) and is_default are set; destroy lets queued work \
+     finish; query answers SUCCESS or NOT_READY. priority_range is asked until it succeeds. */ \
+  static ::flagos_hal::kit::Status priority_range(int* least, int* greatest);              \
+  static ::flagos_hal::kit::Status stream_create(Stream& stream);                          \
+  static ::flagos_hal::kit::Status stream_destroy(Stream& stream);                         \
+  static ::flagos_hal::kit::Status stream_query(Stream& stream);                           \
+  static ::flagos_hal::kit::Status stream_synchronize(Stream& stream);                     \
+  static ::flagos_hal::kit::Status stream_wait_event(Stream& stream, Event& event);        \
+  static void* stream_native_handle(Stream& stream); /* the twin's stream, or nullptr */   \
+  /* events: flags is set; query, synchronize, wait and elapsed time only see recorded    \
+     events, elapsed time only timing-enabled ones. */                                     \
+  static ::flagos_hal::kit::Status event_create(Event& event);                             \
+  static ::flagos_hal::kit::Status event_destroy(Event& event);                            \
+  static ::flagos_hal::kit::Status event_record(Event& event, Stream& stream);             \
+  static ::flagos_hal::kit::Status event_query(Event& event);                              \
+  static ::flagos_hal::kit::Status event_synchronize(Event& event);                        \
+  static ::flagos_hal::kit::Status event_elapsed_time(float* ms, Event& start, Event& end);
+
 namespace flagos_hal {
 namespace kit {
 
@@ -104,8 +118,9 @@ struct StreamBase {
 
 // What the kit sets on every event; a vendor's Event derives from it.
 struct EventBase {
-  unsigned flags = 0;                // FLAGOS_EVENT_*
-  std::atomic<bool> recorded{false};  // set after the first successful record
+  unsigned flags = 0;            // FLAGOS_EVENT_*
+  std::atomic<int> device{-1};   // device of the last successful record; -1: never recorded
+  bool recorded() const { return device.load(std::memory_order_acquire) >= 0; }
 };
 
 // Policies, overridden by declaring the same constant in the vendor class.
@@ -148,6 +163,7 @@ namespace detail {
   struct trait : std::false_type {};                                              \
   template <class V>                                                              \
   struct trait<V, std::void_t<decltype(expr)>> : std::true_type {};
+FLAGOS_KIT_DETECT(HasActivate, V::activate(0))
 FLAGOS_KIT_DETECT(HasSetDevice, V::set_device(0))
 FLAGOS_KIT_DETECT(HasDeviceSynchronize, V::device_synchronize(0))
 FLAGOS_KIT_DETECT(HasPointerAttributes,
@@ -208,9 +224,8 @@ class Hal {
     HandleRegistry<Event> events;
     std::mutex defaults_mu;
     std::unique_ptr<std::atomic<Stream*>[]> defaults;  // per device, created on first use
-    std::once_flag priority_once;
-    Status priority_status = FLAGOS_SUCCESS;
-    std::string priority_error;
+    std::mutex priority_mu;
+    std::atomic<bool> priority_known{false};
     int least = 0, greatest = 0;
   };
   static State& state() {
@@ -270,6 +285,11 @@ class Hal {
   static Status null_arg(const char* fn, const char* what) {
     return fail(FLAGOS_ERROR_INVALID_VALUE, "%s: %s is NULL", fn, what);
   }
+  // Before each runtime call that works on one device (see V::activate).
+  static Status activate(int device) {
+    if constexpr (detail::HasActivate<V>::value) return V::activate(device);
+    else return FLAGOS_SUCCESS;
+  }
   static Status intercept(Op op) {
     if constexpr (detail::HasIntercept<V>::value) return V::intercept(op);
     else return FLAGOS_SUCCESS;
@@ -284,13 +304,17 @@ class Hal {
   static flagos_stream_t handle_of(Stream* s) { return reinterpret_cast<flagos_stream_t>(s); }
   static flagos_event_t handle_of(Event* e) { return reinterpret_cast<flagos_event_t>(e); }
 
+  // The runtime's priority range, asked until it answers once.
   static Status priorities(int* least, int* greatest) {
     State& s = state();
-    std::call_once(s.priority_once, [&s] {
-      s.priority_status = V::priority_range(&s.least, &s.greatest);
-      if (s.priority_status != FLAGOS_SUCCESS) s.priority_error = last_error();
-    });
-    if (s.priority_status != FLAGOS_SUCCESS) return fail_text(s.priority_status, s.priority_error);
+    if (!s.priority_known.load(std::memory_order_acquire)) {
+      std::lock_guard<std::mutex> lock(s.priority_mu);
+      if (!s.priority_known.load(std::memory_order_relaxed)) {
+        FLAGOS_KIT_TRY(activate(t_device()));
+        FLAGOS_KIT_TRY(V::priority_range(&s.least, &s.greatest));
+        s.priority_known.store(true, std::memory_order_release);
+      }
+    }
     *least = s.least;
     *greatest = s.greatest;
     return FLAGOS_SUCCESS;
@@ -322,12 +346,16 @@ class Hal {
     *out = obj.get();
     return FLAGOS_SUCCESS;
   }
+  static Status sync_stream(Stream& s) {
+    FLAGOS_KIT_TRY(activate(s.device));
+    return V::stream_synchronize(s);
+  }
   // The default stream of each device a synchronous op touches, drained first.
   static void wait_default_streams(std::initializer_list<int> devices) {
     if constexpr (V::kSyncWaitsForDefaultStream) {
       for (int d : devices) {
         Stream* s = d >= 0 ? state().defaults[d].load(std::memory_order_acquire) : nullptr;
-        if (s) V::stream_synchronize(*s);
+        if (s) sync_stream(*s);
       }
     }
   }
@@ -336,6 +364,32 @@ class Hal {
     if (*dev >= 0) return FLAGOS_SUCCESS;
     return fail(FLAGOS_ERROR_INVALID_VALUE,
                 "%s: %s %p (%zu bytes) is not inside a live device allocation", fn, what, p, n);
+  }
+  // The device owning device memory at `p`: this HAL's allocation, else what the vendor's
+  // pointer_attributes says (memory of another allocator), else -1.
+  static int owner_of(const void* p) {
+    int d = state().allocs.device_of_range(p, 1);
+    if constexpr (detail::HasPointerAttributes<V>::value) {
+      flagos_pointer_attributes_t a{FLAGOS_POINTER_UNKNOWN, -1, nullptr, 0};
+      std::string saved = last_error();
+      if (d < 0 && V::pointer_attributes(p, &a) == FLAGOS_SUCCESS && a.type == FLAGOS_POINTER_DEVICE &&
+          a.device >= 0 && a.device < state().count) {
+        d = a.device;
+      }
+      last_error() = saved;
+    }
+    return d;
+  }
+  // The devices a synchronous copy runs on (see FLAGOS_HAL_KIT_RUNTIME_CALLS).
+  static void copy_devices(void* dst, const void* src, flagos_memcpy_kind_t kind, int devs[2]) {
+    bool on[2] = {detail::dst_on_device(kind), detail::src_on_device(kind)};
+    const void* p[2] = {dst, src};
+    for (int i = 0; i < 2; ++i) {
+      if (on[i] && devs[i] < 0) devs[i] = owner_of(p[i]);
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (on[i] && devs[i] < 0) devs[i] = devs[1 - i] >= 0 ? devs[1 - i] : t_device();
+    }
   }
   // Kind, NULL pointers and, with kCheckRanges, device ranges of a copy; devices to devs.
   static Status check_copy(void* dst, const void* src, size_t size, flagos_memcpy_kind_t kind,
@@ -377,7 +431,8 @@ class Hal {
     std::call_once(once, [] {
       State& s = opened();
       s.version = V::version();
-      if (!s.ok) s.version += "; unavailable: " + s.error;
+      if (s.ok) s.version += "; " + std::to_string(s.count) + (s.count == 1 ? " device" : " devices");
+      else s.version += "; unavailable: " + s.error;
     });
     *version = state().version.c_str();
     return FLAGOS_SUCCESS;
@@ -436,9 +491,10 @@ class Hal {
     FLAGOS_KIT_TRY(check_device(device, "device_synchronize"));
     FLAGOS_KIT_TRY(intercept(Op::kDeviceSynchronize));
     if constexpr (detail::HasDeviceSynchronize<V>::value) {
+      FLAGOS_KIT_TRY(activate(device));
       return V::device_synchronize(device);
     } else {
-      for (auto& s : device_streams(device)) FLAGOS_KIT_TRY(V::stream_synchronize(*s));
+      for (auto& s : device_streams(device)) FLAGOS_KIT_TRY(sync_stream(*s));
       return FLAGOS_SUCCESS;
     }
   }
@@ -446,6 +502,7 @@ class Hal {
     if (!free_bytes || !total_bytes) return null_arg("mem_get_info", "an output");
     FLAGOS_KIT_TRY(check_device(device, "mem_get_info"));
     size_t f = 0, t = 0;
+    FLAGOS_KIT_TRY(activate(device));
     FLAGOS_KIT_TRY(V::mem_get_info(device, &f, &t));
     *free_bytes = f;
     *total_bytes = t;
@@ -469,6 +526,7 @@ class Hal {
                   device, static_cast<unsigned long long>(total));
     }
     void* p = nullptr;
+    FLAGOS_KIT_TRY(activate(device));
     FLAGOS_KIT_TRY(V::malloc(device, size, &p));
     state().allocs.add(p, size, device);
     *ptr = p;
@@ -481,6 +539,7 @@ class Hal {
     const char* why = "";
     Allocation a = state().allocs.take(ptr, device, &why);
     if (!a.found()) return fail(FLAGOS_ERROR_INVALID_HANDLE, "free: %p %s (device %d)", ptr, why, device);
+    FLAGOS_KIT_TRY(activate(device));
     return V::free(device, ptr, a.size);
   }
   static Status host_malloc(size_t size, void** ptr) {
@@ -518,8 +577,12 @@ class Hal {
     FLAGOS_KIT_TRY(check_copy(dst, src, size, kind, "memcpy", devs));
     FLAGOS_KIT_TRY(intercept(Op::kMemcpy));
     if (size == 0) return FLAGOS_SUCCESS;
+    copy_devices(dst, src, kind, devs);
     wait_default_streams({devs[0], devs[1] != devs[0] ? devs[1] : -1});
-    return V::memcpy(dst, src, size, kind);
+    if (kind != FLAGOS_MEMCPY_HOST_TO_HOST) {
+      FLAGOS_KIT_TRY(activate(kind == FLAGOS_MEMCPY_HOST_TO_DEVICE ? devs[0] : devs[1]));
+    }
+    return V::memcpy(dst, src, size, kind, devs[0], devs[1]);
   }
   static Status copy_async(void* dst, const void* src, size_t size, flagos_memcpy_kind_t kind,
                            flagos_stream_t stream) {
@@ -530,6 +593,7 @@ class Hal {
     if (!s) return bad_stream("memcpy_async");
     FLAGOS_KIT_TRY(intercept(Op::kMemcpyAsync));
     if (size == 0) return FLAGOS_SUCCESS;
+    FLAGOS_KIT_TRY(activate(s->device));
     return V::memcpy_async(dst, src, size, kind, *s);
   }
   static Status fill(void* ptr, int value, size_t size) {
@@ -537,8 +601,10 @@ class Hal {
     FLAGOS_KIT_TRY(check_fill(ptr, size, "memset", &dev));
     FLAGOS_KIT_TRY(intercept(Op::kMemset));
     if (size == 0) return FLAGOS_SUCCESS;
+    if (dev < 0 && (dev = owner_of(ptr)) < 0) dev = t_device();
     wait_default_streams({dev});
-    return V::memset(ptr, value, size);
+    FLAGOS_KIT_TRY(activate(dev));
+    return V::memset(ptr, value, size, dev);
   }
   static Status fill_async(void* ptr, int value, size_t size, flagos_stream_t stream) {
     int dev;
@@ -548,6 +614,7 @@ class Hal {
     if (!s) return bad_stream("memset_async");
     FLAGOS_KIT_TRY(intercept(Op::kMemsetAsync));
     if (size == 0) return FLAGOS_SUCCESS;
+    FLAGOS_KIT_TRY(activate(s->device));
     return V::memset_async(ptr, value, size, *s);
   }
   static Status pointer_get_attributes(const void* ptr, flagos_pointer_attributes_t* attr) {
@@ -577,6 +644,7 @@ class Hal {
     auto obj = std::make_shared<Stream>();
     obj->device = device;
     obj->priority = priority > least ? least : priority < greatest ? greatest : priority;
+    FLAGOS_KIT_TRY(activate(device));
     FLAGOS_KIT_TRY(V::stream_create(*obj));
     state().streams.add(obj);
     *stream = handle_of(obj.get());
@@ -608,6 +676,7 @@ class Hal {
     if (!state().streams.remove_if(stream, [](const Stream&) { return true; }, &found)) {
       return bad_stream("stream_destroy");  // destroyed by another thread meanwhile
     }
+    FLAGOS_KIT_TRY(activate(s->device));
     return V::stream_destroy(*s);
   }
   static Status stream_query(flagos_stream_t stream) {
@@ -615,6 +684,7 @@ class Hal {
     Stream* s = stream_of(stream);
     if (!s) return bad_stream("stream_query");
     FLAGOS_KIT_TRY(intercept(Op::kStreamQuery));
+    FLAGOS_KIT_TRY(activate(s->device));
     return V::stream_query(*s);
   }
   static Status stream_synchronize(flagos_stream_t stream) {
@@ -622,28 +692,29 @@ class Hal {
     Stream* s = stream_of(stream);
     if (!s) return bad_stream("stream_synchronize");
     FLAGOS_KIT_TRY(intercept(Op::kStreamSynchronize));
-    return V::stream_synchronize(*s);
+    return sync_stream(*s);
   }
   static Status stream_wait_event(flagos_stream_t stream, flagos_event_t event) {
     FLAGOS_KIT_TRY(ready());
-    std::shared_ptr<Stream> s = state().streams.find(stream);
+    Stream* s = stream_of(stream);
     if (!s) return bad_stream("stream_wait_event");
     std::shared_ptr<Event> e = state().events.find(event);
     if (!e) return bad_event("stream_wait_event");
     FLAGOS_KIT_TRY(intercept(Op::kStreamWaitEvent));
-    if (!e->recorded.load(std::memory_order_acquire)) return FLAGOS_SUCCESS;  // complete
+    if (!e->recorded()) return FLAGOS_SUCCESS;  // never recorded: complete
+    FLAGOS_KIT_TRY(activate(s->device));
     return V::stream_wait_event(*s, *e);
   }
   static Status stream_get_device(flagos_stream_t stream, int* device) {
     if (!device) return null_arg("stream_get_device", "device");
-    std::shared_ptr<Stream> s = state().streams.find(stream);
+    Stream* s = stream_of(stream);
     if (!s) return bad_stream("stream_get_device");
     *device = s->device;
     return FLAGOS_SUCCESS;
   }
   static Status stream_get_native_handle(flagos_stream_t stream, void** handle) {
     if (!handle) return null_arg("stream_get_native_handle", "handle");
-    std::shared_ptr<Stream> s = state().streams.find(stream);
+    Stream* s = stream_of(stream);
     if (!s) return bad_stream("stream_get_native_handle");
     *handle = V::stream_native_handle(*s);
     return FLAGOS_SUCCESS;
@@ -677,8 +748,9 @@ class Hal {
     Stream* s = stream_of(stream);
     if (!s) return bad_stream("event_record");
     FLAGOS_KIT_TRY(intercept(Op::kEventRecord));
+    FLAGOS_KIT_TRY(activate(s->device));
     FLAGOS_KIT_TRY(V::event_record(*e, *s));
-    e->recorded.store(true, std::memory_order_release);
+    e->device.store(s->device, std::memory_order_release);
     return FLAGOS_SUCCESS;
   }
   static Status event_query(flagos_event_t event) {
@@ -686,7 +758,8 @@ class Hal {
     std::shared_ptr<Event> e = state().events.find(event);
     if (!e) return bad_event("event_query");
     FLAGOS_KIT_TRY(intercept(Op::kEventQuery));
-    if (!e->recorded.load(std::memory_order_acquire)) return FLAGOS_SUCCESS;
+    if (!e->recorded()) return FLAGOS_SUCCESS;
+    FLAGOS_KIT_TRY(activate(e->device.load(std::memory_order_acquire)));
     return V::event_query(*e);
   }
   static Status event_synchronize(flagos_event_t event) {
@@ -694,7 +767,8 @@ class Hal {
     std::shared_ptr<Event> e = state().events.find(event);
     if (!e) return bad_event("event_synchronize");
     FLAGOS_KIT_TRY(intercept(Op::kEventSynchronize));
-    if (!e->recorded.load(std::memory_order_acquire)) return FLAGOS_SUCCESS;
+    if (!e->recorded()) return FLAGOS_SUCCESS;
+    FLAGOS_KIT_TRY(activate(e->device.load(std::memory_order_acquire)));
     return V::event_synchronize(*e);
   }
   static Status event_elapsed_time(float* ms, flagos_event_t start, flagos_event_t end) {
@@ -708,11 +782,12 @@ class Hal {
         return fail(FLAGOS_ERROR_INVALID_HANDLE,
                     "event_elapsed_time: the %s event was created with FLAGOS_EVENT_DISABLE_TIMING", which);
       }
-      if (!e->recorded.load(std::memory_order_acquire)) {
+      if (!e->recorded()) {
         return fail(FLAGOS_ERROR_INVALID_HANDLE, "event_elapsed_time: the %s event was never recorded", which);
       }
     }
     FLAGOS_KIT_TRY(intercept(Op::kEventElapsedTime));
+    FLAGOS_KIT_TRY(activate(a->device.load(std::memory_order_acquire)));
     float v = 0.0f;
     FLAGOS_KIT_TRY(V::event_elapsed_time(&v, *a, *b));
     *ms = v;
