@@ -14,7 +14,7 @@ import re
 
 SUFFIXES = (".c", ".cc", ".cpp", ".h", ".hpp")
 # A string or character literal, a // comment, or a /* */ comment (possibly unterminated).
-_TOKEN = re.compile(r'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|//[^\n]*|/\*.*?(?:\*/|\Z)', re.S)
+_TOKEN = re.compile(r'"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'|//[^\n]*|/\*.*?(?:\*/|\Z)', re.DOTALL)
 
 
 def code_lines(text: str) -> int:
