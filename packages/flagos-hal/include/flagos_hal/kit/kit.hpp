@@ -9,7 +9,10 @@
 //    and, for HALs that ask for it, copies and memsets outside live device allocations;
 //  - the thread-local last-error message, the status texts, the version text;
 //  - struct_size handling of device properties;
-//  - the current device per host thread;
+//  - the current device per host thread, and the device each runtime call runs on: the
+//    vendor's activate(device) before it, the owner of a synchronous copy's pointers;
+//  - sizes no device can serve (over its total memory, over the machine's for pinned
+//    memory) refused before the runtime sees them;
 //  - the allocation registry (pointer attributes, inner pointers, wrong-device frees);
 //  - stream and event registries: lazily created default streams that cannot be
 //    destroyed, destruction after queued work, never-recorded events that count as
@@ -129,9 +132,9 @@ struct VendorDefaults {
   // INVALID_VALUE). Off for runtimes whose pointers are shared with another allocator
   // (CUDA: torch.cuda's memory is valid HAL memory).
   static constexpr bool kCheckRanges = false;
-  // Synchronous memcpy/memset first wait for the default stream of the devices involved
-  // (needs kCheckRanges to know them). On for runtimes whose synchronous copy is not
-  // ordered after stream work by the runtime itself.
+  // Synchronous memcpy/memset first wait for the default stream of the devices involved.
+  // On for runtimes whose synchronous copy is not ordered after the default stream's work
+  // by the runtime itself (a simulator whose streams are host threads).
   static constexpr bool kSyncWaitsForDefaultStream = false;
   // A child process forked after the runtime was opened gets NO_DEVICE (CUDA-like
   // runtimes cannot be used across fork()).
@@ -183,7 +186,7 @@ inline bool src_on_device(flagos_memcpy_kind_t k) {
 }  // namespace detail
 
 // The HAL built from vendor class V: the table entries, the shared state, and a few
-// helpers a vendor may call (Hal<V>::device_streams, Hal<V>::current_device, ...).
+// helpers a vendor may call (Hal<V>::current_device, ::device_count, ::device_streams).
 template <class V>
 class Hal {
  public:
@@ -198,10 +201,6 @@ class Hal {
   // Live streams of `device` (default stream included), for a device-wide synchronize.
   static std::vector<std::shared_ptr<Stream>> device_streams(int device) {
     return state().streams.select([device](const Stream& s) { return s.device == device; });
-  }
-  // Device owning [ptr, ptr+size) inside one live allocation of this HAL, else -1.
-  static int device_of_range(const void* ptr, size_t size) {
-    return state().allocs.device_of_range(ptr, size);
   }
 
   static const flagos_hal_table_t* table() {
@@ -265,15 +264,18 @@ class Hal {
     return s;
   }
   // The runtime is open, has devices, and may be used in this process.
-  static Status ready() {
+  static bool usable() {
     State& s = opened();
+    return s.ok && !(V::kRefuseAfterFork && s.forked.load(std::memory_order_relaxed));
+  }
+  // usable(), else NO_DEVICE saying why.
+  static Status ready() {
+    if (usable()) return FLAGOS_SUCCESS;
+    State& s = state();
     if (!s.ok) return fail(FLAGOS_ERROR_NO_DEVICE, "flagos %s HAL: %s", V::kName, s.error.c_str());
-    if (V::kRefuseAfterFork && s.forked.load(std::memory_order_relaxed)) {
-      return fail(FLAGOS_ERROR_NO_DEVICE,
-                  "flagos %s HAL: the runtime was initialized before fork(); a forked child "
-                  "cannot use it (use the 'spawn' start method for subprocesses)", V::kName);
-    }
-    return FLAGOS_SUCCESS;
+    return fail(FLAGOS_ERROR_NO_DEVICE,
+                "flagos %s HAL: the runtime was initialized before fork(); a forked child "
+                "cannot use it (use the 'spawn' start method for subprocesses)", V::kName);
   }
   static Status check_device(int device, const char* fn) {
     FLAGOS_KIT_TRY(ready());
@@ -431,8 +433,7 @@ class Hal {
     std::call_once(once, [] {
       State& s = opened();
       s.version = V::version();
-      if (s.ok) s.version += "; " + std::to_string(s.count) + (s.count == 1 ? " device" : " devices");
-      else s.version += "; unavailable: " + s.error;
+      if (!s.ok) s.version += "; unavailable: " + s.error;
     });
     *version = state().version.c_str();
     return FLAGOS_SUCCESS;
@@ -622,7 +623,7 @@ class Hal {
     flagos_pointer_attributes_t a{FLAGOS_POINTER_UNKNOWN, -1, nullptr, 0};
     if constexpr (detail::HasPointerAttributes<V>::value) {
       // No runtime (or a forked child): nothing can be this HAL's memory here.
-      if (ptr && ready() == FLAGOS_SUCCESS) FLAGOS_KIT_TRY(V::pointer_attributes(ptr, &a));
+      if (ptr && usable()) FLAGOS_KIT_TRY(V::pointer_attributes(ptr, &a));
     } else if (ptr) {
       Allocation found = state().allocs.find(ptr);
       if (found.found()) {
