@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "flagos_hal/kit/kit.hpp"
+#include "flagos_hal/sim_runtime.h"
 
 namespace flagos_sim {
 
@@ -59,6 +60,8 @@ struct SimStream : kit::StreamBase {
   std::atomic<size_t> pending{0};
   bool stopping = false;
   std::thread worker;
+  // The native handle: what kernel libraries for this device launch on (sim_runtime.h).
+  flagos_sim_stream_t runtime{};
 
   void run();
   void push(Task task);

@@ -69,6 +69,15 @@ std::shared_ptr<Capture> SimEvent::capture() {
   return last;
 }
 
+// sim_runtime.h: fn(data) runs on the stream's worker, in order with its other work.
+static Status launch_host_func(const flagos_sim_stream_t* self, void (*fn)(void*), void* data) {
+  if (!self || !fn) return kit::fail(FLAGOS_ERROR_INVALID_VALUE, "launch_host_func: NULL argument");
+  SimStream* s = kit::Hal<Sim>::stream(self->stream);
+  if (!s) return kit::fail(FLAGOS_ERROR_INVALID_HANDLE, "launch_host_func: unknown or destroyed stream");
+  s->push([fn, data] { fn(data); });
+  return FLAGOS_SUCCESS;
+}
+
 // ---- streams -------------------------------------------------------------------------
 Status Sim::priority_range(int* least, int* greatest) {
   *least = kLeastPriority;
@@ -79,6 +88,7 @@ Status Sim::priority_range(int* least, int* greatest) {
 Status Sim::stream_create(Stream& s) {
   // VENDOR: create the runtime's stream here; the worker thread goes away. Default streams
   // (s.is_default) are never destroyed: their worker still waits for work at exit.
+  s.runtime = {sizeof(flagos_sim_stream_t), kit::Hal<Sim>::handle(s), &launch_host_func};
   s.worker = std::thread([&s] { s.run(); });
   return FLAGOS_SUCCESS;
 }
@@ -101,7 +111,8 @@ Status Sim::stream_wait_event(Stream& s, Event& e) {
   return FLAGOS_SUCCESS;
 }
 
-void* Sim::stream_native_handle(Stream&) { return nullptr; }  // VENDOR: the twin's stream, if any
+// VENDOR: the runtime's stream handle (what your kernel libraries take as their stream).
+void* Sim::stream_native_handle(Stream& s) { return &s.runtime; }
 
 // ---- events --------------------------------------------------------------------------
 Status Sim::event_create(Event&) { return FLAGOS_SUCCESS; }

@@ -198,6 +198,10 @@ class Hal {
   // ---- helpers for the vendor ----------------------------------------------------------
   static int current_device() { return t_device(); }
   static int device_count() { return state().count; }
+  // The live stream behind `handle` (nullptr when unknown or destroyed), and the handle of
+  // a stream: for runtime objects that carry their HAL stream.
+  static Stream* stream(flagos_stream_t handle) { return stream_of(handle); }
+  static flagos_stream_t handle(Stream& s) { return handle_of(&s); }
   // Live streams of `device` (default stream included), for a device-wide synchronize.
   static std::vector<std::shared_ptr<Stream>> device_streams(int device) {
     return state().streams.select([device](const Stream& s) { return s.device == device; });
