@@ -53,8 +53,10 @@
 
 #include <atomic>
 #include <cstring>
+#include <exception>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -173,6 +175,32 @@ FLAGOS_KIT_DETECT(HasPointerAttributes,
                   V::pointer_attributes(nullptr, static_cast<flagos_pointer_attributes_t*>(nullptr)))
 FLAGOS_KIT_DETECT(HasIntercept, V::intercept(Op::kMalloc))
 #undef FLAGOS_KIT_DETECT
+
+// Entry F as the table calls it: an exception (a vendor's, or std::bad_alloc from the
+// kit's own bookkeeping) becomes a status and a message, never a crash through the C ABI.
+template <auto F>
+struct Guarded;
+template <class... A, Status (*F)(A...)>
+struct Guarded<F> {
+  static Status call(A... args) noexcept {
+    try {
+      return F(args...);
+    } catch (const std::bad_alloc&) {
+      return note(FLAGOS_ERROR_OUT_OF_MEMORY, "out of host memory");
+    } catch (const std::exception& e) {
+      return note(FLAGOS_ERROR_UNKNOWN, e.what());
+    } catch (...) {
+      return note(FLAGOS_ERROR_UNKNOWN, "unknown C++ exception");
+    }
+  }
+  static Status note(Status status, const char* what) noexcept {
+    try {
+      fail_text(status, std::string("flagos HAL: ") + what);
+    } catch (...) {  // no memory even for the message: the status alone
+    }
+    return status;
+  }
+};
 
 inline bool valid_kind(flagos_memcpy_kind_t kind) {
   return kind >= FLAGOS_MEMCPY_HOST_TO_HOST && kind <= FLAGOS_MEMCPY_DEVICE_TO_DEVICE;
@@ -804,41 +832,41 @@ class Hal {
     std::memset(&t, 0, sizeof t);
     t.abi_version = FLAGOS_HAL_ABI_VERSION;
     t.struct_size = static_cast<uint32_t>(sizeof t);
-    t.get_name = get_name;
-    t.get_version = get_version;
-    t.get_error_string = get_error_string;
-    t.get_last_error_message = get_last_error_message;
-    t.get_native_device = get_native_device;
-    t.get_device_count = get_device_count;
-    t.get_device = get_device;
-    t.set_device = set_device;
-    t.get_device_properties = get_device_properties;
-    t.device_synchronize = device_synchronize;
-    t.mem_get_info = mem_get_info;
-    t.malloc = dev_malloc;
-    t.free = dev_free;
-    t.host_malloc = host_malloc;
-    t.host_free = host_free;
-    t.memcpy = copy;
-    t.memcpy_async = copy_async;
-    t.memset = fill;
-    t.memset_async = fill_async;
-    t.pointer_get_attributes = pointer_get_attributes;
-    t.stream_create = stream_create;
-    t.stream_get_priority_range = stream_get_priority_range;
-    t.stream_get_default = stream_get_default;
-    t.stream_destroy = stream_destroy;
-    t.stream_query = stream_query;
-    t.stream_synchronize = stream_synchronize;
-    t.stream_wait_event = stream_wait_event;
-    t.stream_get_device = stream_get_device;
-    t.stream_get_native_handle = stream_get_native_handle;
-    t.event_create = event_create;
-    t.event_destroy = event_destroy;
-    t.event_record = event_record;
-    t.event_query = event_query;
-    t.event_synchronize = event_synchronize;
-    t.event_elapsed_time = event_elapsed_time;
+    t.get_name = detail::Guarded<&get_name>::call;
+    t.get_version = detail::Guarded<&get_version>::call;
+    t.get_error_string = detail::Guarded<&get_error_string>::call;
+    t.get_last_error_message = detail::Guarded<&get_last_error_message>::call;
+    t.get_native_device = detail::Guarded<&get_native_device>::call;
+    t.get_device_count = detail::Guarded<&get_device_count>::call;
+    t.get_device = detail::Guarded<&get_device>::call;
+    t.set_device = detail::Guarded<&set_device>::call;
+    t.get_device_properties = detail::Guarded<&get_device_properties>::call;
+    t.device_synchronize = detail::Guarded<&device_synchronize>::call;
+    t.mem_get_info = detail::Guarded<&mem_get_info>::call;
+    t.malloc = detail::Guarded<&dev_malloc>::call;
+    t.free = detail::Guarded<&dev_free>::call;
+    t.host_malloc = detail::Guarded<&host_malloc>::call;
+    t.host_free = detail::Guarded<&host_free>::call;
+    t.memcpy = detail::Guarded<&copy>::call;
+    t.memcpy_async = detail::Guarded<&copy_async>::call;
+    t.memset = detail::Guarded<&fill>::call;
+    t.memset_async = detail::Guarded<&fill_async>::call;
+    t.pointer_get_attributes = detail::Guarded<&pointer_get_attributes>::call;
+    t.stream_create = detail::Guarded<&stream_create>::call;
+    t.stream_get_priority_range = detail::Guarded<&stream_get_priority_range>::call;
+    t.stream_get_default = detail::Guarded<&stream_get_default>::call;
+    t.stream_destroy = detail::Guarded<&stream_destroy>::call;
+    t.stream_query = detail::Guarded<&stream_query>::call;
+    t.stream_synchronize = detail::Guarded<&stream_synchronize>::call;
+    t.stream_wait_event = detail::Guarded<&stream_wait_event>::call;
+    t.stream_get_device = detail::Guarded<&stream_get_device>::call;
+    t.stream_get_native_handle = detail::Guarded<&stream_get_native_handle>::call;
+    t.event_create = detail::Guarded<&event_create>::call;
+    t.event_destroy = detail::Guarded<&event_destroy>::call;
+    t.event_record = detail::Guarded<&event_record>::call;
+    t.event_query = detail::Guarded<&event_query>::call;
+    t.event_synchronize = detail::Guarded<&event_synchronize>::call;
+    t.event_elapsed_time = detail::Guarded<&event_elapsed_time>::call;
     return t;
   }
 
