@@ -24,10 +24,10 @@ def _build(tmp_path, name: str, patch: tuple[str, str, str]) -> str:
 
 
 def test_an_exception_in_a_runtime_call_is_a_status(tmp_path):
-    lib = _build(tmp_path, "throwy", ("memory.cpp", "size_t total = 0, free_bytes = 0;",
-                                      "if (size == 12345) throw std::bad_alloc();\n"
-                                      "  if (size == 777) throw std::runtime_error(\"runtime broke\");\n"
-                                      "  size_t total = 0, free_bytes = 0;"))
+    throwing = ("if (size == 12345) throw std::bad_alloc();\n"
+                "  if (size == 777) throw std::runtime_error(\"runtime broke\");\n"
+                "  size_t total = 0, free_bytes = 0;")
+    lib = _build(tmp_path, "throwy", ("memory.cpp", "size_t total = 0, free_bytes = 0;", throwing))
     h = flagos_hal.load(lib)
     out = ctypes.c_void_p(0xDEAD)
     assert h.raw("malloc", 0, 12345, ctypes.byref(out)) == Status.OUT_OF_MEMORY
