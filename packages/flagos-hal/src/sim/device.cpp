@@ -127,14 +127,13 @@ Status Sim::intercept(Op op) {
 
 // ---- devices -------------------------------------------------------------------------
 Status Sim::open(int* device_count) {
-  *device_count = g_config.devices;  // VENDOR: load your runtime and ask it for its devices
+  *device_count = g_config.devices;
   return FLAGOS_SUCCESS;
 }
 
-std::string Sim::version() { return "flagos-sim 0.1.0"; }  // VENDOR: add driver/runtime versions
+std::string Sim::version() { return "flagos-sim 0.1.0"; }
 
 Status Sim::properties(int, flagos_device_properties_t* props) {
-  // VENDOR: fill from the runtime's device query
   std::snprintf(props->name, sizeof props->name, "%s", "flagos-sim");
   props->total_memory = g_config.capacity;
   unsigned threads = std::thread::hardware_concurrency();

@@ -79,7 +79,7 @@ Status Sim::malloc(int device, size_t size, void** ptr) {
   if (size > a.capacity - a.used) return oom("");
   size_t length = rounded(size);
   if (!a.base) {
-    // VENDOR: a real device allocates from its own memory here (e.g. the runtime's malloc).
+    // The address space of the whole device, reserved once; pages are committed on touch.
     void* arena = mmap(nullptr, a.capacity, PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (arena == MAP_FAILED) return oom(" (cannot reserve the device arena)");
@@ -126,7 +126,6 @@ Status Sim::free(int device, void* ptr, size_t size) {
 }
 
 Status Sim::host_malloc(size_t size, void** ptr) {
-  // VENDOR: allocate page-locked memory with your runtime (and register it for DMA).
   if (posix_memalign(ptr, kAlignment, size) != 0) {
     return kit::fail(FLAGOS_ERROR_OUT_OF_MEMORY, "host_malloc: cannot allocate %zu bytes of pinned host memory",
                      size);
@@ -140,23 +139,21 @@ Status Sim::host_free(void* ptr, size_t) {
 }
 
 Status Sim::memcpy(void* dst, const void* src, size_t size, flagos_memcpy_kind_t, int, int) {
-  std::memmove(dst, src, size);  // VENDOR: your runtime's synchronous copy
+  std::memmove(dst, src, size);
   return FLAGOS_SUCCESS;
 }
 
 Status Sim::memset(void* ptr, int value, size_t size, int) {
-  std::memset(ptr, value, size);  // VENDOR: your runtime's memset
+  std::memset(ptr, value, size);
   return FLAGOS_SUCCESS;
 }
 
 Status Sim::memcpy_async(void* dst, const void* src, size_t size, flagos_memcpy_kind_t, Stream& stream) {
-  // VENDOR: your runtime's asynchronous copy on the stream
   stream.push([dst, src, size] { std::memmove(dst, src, size); });
   return FLAGOS_SUCCESS;
 }
 
 Status Sim::memset_async(void* ptr, int value, size_t size, Stream& stream) {
-  // VENDOR: your runtime's asynchronous memset on the stream
   stream.push([ptr, value, size] { std::memset(ptr, value, size); });
   return FLAGOS_SUCCESS;
 }

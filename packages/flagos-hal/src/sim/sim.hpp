@@ -3,9 +3,6 @@
 //   device.cpp  configuration (FLAGOS_SIM_*), fault injection, identity, devices, the entry
 //   memory.cpp  an arena of host memory per device with a best-fit allocator
 //   stream.cpp  streams as worker threads, events as markers in their queues
-//
-// Bring-up note: `python -m flagos_hal new-vendor NAME` writes a kit-based HAL whose
-// functions are these, each a TODO for your runtime's call.
 #pragma once
 
 #include <atomic>
@@ -86,7 +83,7 @@ struct Sim : kit::VendorDefaults {
   using Event = SimEvent;
 
   FLAGOS_HAL_KIT_RUNTIME_CALLS()
-  // optional calls
+  // optional: the fault injection point (device.cpp)
   static Status intercept(kit::Op op);
 };
 

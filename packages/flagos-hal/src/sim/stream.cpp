@@ -86,8 +86,8 @@ Status Sim::priority_range(int* least, int* greatest) {
 }
 
 Status Sim::stream_create(Stream& s) {
-  // VENDOR: create the runtime's stream here; the worker thread goes away. Default streams
-  // (s.is_default) are never destroyed: their worker still waits for work at exit.
+  // Default streams (s.is_default) are never destroyed: their worker still waits for work
+  // when the process exits.
   s.runtime = {sizeof(flagos_sim_stream_t), kit::Hal<Sim>::handle(s), &launch_host_func};
   s.worker = std::thread([&s] { s.run(); });
   return FLAGOS_SUCCESS;
@@ -111,7 +111,7 @@ Status Sim::stream_wait_event(Stream& s, Event& e) {
   return FLAGOS_SUCCESS;
 }
 
-// VENDOR: the runtime's stream handle (what your kernel libraries take as their stream).
+// The runtime stream kernel libraries for this device launch on (sim_runtime.h).
 void* Sim::stream_native_handle(Stream& s) { return &s.runtime; }
 
 // ---- events --------------------------------------------------------------------------
