@@ -7,6 +7,7 @@ import subprocess
 import flagos_hal
 from flagos_hal import Status
 from flagos_hal.scaffold import new_vendor
+from hal_testutil import run_python
 
 
 def _build(tmp_path, name: str, patch: tuple[str, str, str]) -> str:
@@ -28,15 +29,21 @@ def test_an_exception_in_a_runtime_call_is_a_status(tmp_path):
                 "  if (size == 777) throw std::runtime_error(\"runtime broke\");\n"
                 "  size_t total = 0, free_bytes = 0;")
     lib = _build(tmp_path, "throwy", ("memory.cpp", "size_t total = 0, free_bytes = 0;", throwing))
-    h = flagos_hal.load(lib)
-    out = ctypes.c_void_p(0xDEAD)
-    assert h.raw("malloc", 0, 12345, ctypes.byref(out)) == Status.OUT_OF_MEMORY
-    assert "out of host memory" in h.last_error_message() and out.value == 0xDEAD
-    assert h.raw("malloc", 0, 777, ctypes.byref(out)) == Status.UNKNOWN
-    assert "runtime broke" in h.last_error_message()
-    p = h.malloc(0, 4096)  # still usable, and the failed calls registered nothing
-    assert h.pointer_attributes(p).size == 4096
-    h.free(0, p)
+    # In a child: an exception escaping through the C ABI would abort the process.
+    r = run_python(
+        "import ctypes, flagos_hal\n"
+        "from flagos_hal import Status\n"
+        f"h = flagos_hal.load({lib!r})\n"
+        "out = ctypes.c_void_p(0xDEAD)\n"
+        "assert h.raw('malloc', 0, 12345, ctypes.byref(out)) == Status.OUT_OF_MEMORY\n"
+        "assert 'out of host memory' in h.last_error_message() and out.value == 0xDEAD\n"
+        "assert h.raw('malloc', 0, 777, ctypes.byref(out)) == Status.UNKNOWN\n"
+        "assert 'runtime broke' in h.last_error_message()\n"
+        "p = h.malloc(0, 4096)\n"  # still usable, and the failed calls registered nothing
+        "assert h.pointer_attributes(p).size == 4096\n"
+        "h.free(0, p)\n"
+        "print('ok')\n")
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-2000:]
 
 
 def test_open_failure_means_no_device_with_the_reason(tmp_path):

@@ -124,7 +124,7 @@ struct Cuda : kit::VendorDefaults {
   using Event = CudaEvent;
 
   FLAGOS_HAL_KIT_RUNTIME_CALLS()
-  // optional calls
+  // optional kit calls (device.cpp, memory.cpp)
   static Status activate(int device);  // its primary context current (device.cpp)
   static Status set_device(int device);
   static Status device_synchronize(int device);
