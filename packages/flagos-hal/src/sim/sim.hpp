@@ -58,7 +58,7 @@ struct SimStream : kit::StreamBase {
   bool stopping = false;
   std::thread worker;
   // The native handle: what kernel libraries for this device launch on (sim_runtime.h).
-  flagos_sim_stream_t runtime{};
+  flagos_hal_sim_stream_t runtime{};
 
   void run();
   void push(Task task);

@@ -70,7 +70,7 @@ std::shared_ptr<Capture> SimEvent::capture() {
 }
 
 // sim_runtime.h: fn(data) runs on the stream's worker, in order with its other work.
-static Status launch_host_func(const flagos_sim_stream_t* self, void (*fn)(void*), void* data) {
+static Status launch_host_func(const flagos_hal_sim_stream_t* self, void (*fn)(void*), void* data) {
   if (!self || !fn) return kit::fail(FLAGOS_ERROR_INVALID_VALUE, "launch_host_func: NULL argument");
   SimStream* s = kit::Hal<Sim>::stream(self->stream);
   if (!s) return kit::fail(FLAGOS_ERROR_INVALID_HANDLE, "launch_host_func: unknown or destroyed stream");
@@ -88,7 +88,7 @@ Status Sim::priority_range(int* least, int* greatest) {
 Status Sim::stream_create(Stream& s) {
   // Default streams (s.is_default) are never destroyed: their worker still waits for work
   // when the process exits.
-  s.runtime = {sizeof(flagos_sim_stream_t), kit::Hal<Sim>::handle(s), &launch_host_func};
+  s.runtime = {sizeof(flagos_hal_sim_stream_t), kit::Hal<Sim>::handle(s), &launch_host_func};
   s.worker = std::thread([&s] { s.run(); });
   return FLAGOS_SUCCESS;
 }
