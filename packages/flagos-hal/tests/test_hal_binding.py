@@ -232,3 +232,38 @@ def test_exit_with_pending_work_does_not_hang():
                    "for i in range(50): h.memset_async(p, i, 64 << 20, h.default_stream(0))\n"
                    "print('bye')\n", timeout=60)
     assert r.returncode == 0 and "bye" in r.stdout, r.stderr
+
+
+class _SimRuntimeStream(ctypes.Structure):
+    pass
+
+
+_HOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_SimRuntimeStream._fields_ = [
+    ("struct_size", ctypes.c_uint32), ("stream", ctypes.c_void_p),
+    ("launch_host_func", ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(_SimRuntimeStream),
+                                          _HOST_FN, ctypes.c_void_p))]
+
+
+def test_native_handle_launches_host_work_in_stream_order(hal):
+    # flagos_hal/sim_runtime.h: the native handle queues fn(data) on the stream's worker.
+    n = 16 << 20
+    p = hal.malloc(0, n)
+    s = hal.stream_create(0)
+    seen = []
+    fn = _HOST_FN(lambda data: seen.append(hal.read(p + n - 1, 1)))  # runs after the memsets
+    try:
+        rt = ctypes.cast(hal.stream_native_handle(s), ctypes.POINTER(_SimRuntimeStream)).contents
+        assert rt.struct_size == ctypes.sizeof(_SimRuntimeStream) and rt.stream == s
+        for i in range(1, 4):
+            hal.memset_async(p, i, n, s)
+        assert rt.launch_host_func(ctypes.byref(rt), fn, None) == Status.SUCCESS
+        hal.stream_synchronize(s)
+        assert seen == [b"\x03"]
+        stale = _SimRuntimeStream(rt.struct_size, ctypes.addressof(ctypes.create_string_buffer(64)),
+                                  rt.launch_host_func)  # names no live stream
+        assert rt.launch_host_func(ctypes.byref(stale), fn, None) == Status.INVALID_HANDLE
+        assert seen == [b"\x03"]
+    finally:
+        hal.stream_destroy(s)
+        hal.free(0, p)

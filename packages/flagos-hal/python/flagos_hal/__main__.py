@@ -1,5 +1,6 @@
 """`python -m flagos_hal COMMAND`: new-vendor (scaffold a HAL package), list (discovery),
-conformance (same as python -m flagos_hal.conformance)."""
+conformance (same as python -m flagos_hal.conformance), count-lines (lines of code of HAL
+sources)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,18 @@ def main(argv: list[str] | None = None) -> int:
     nv.add_argument("--dir", default=".", help="where to create flagos-hal-NAME/")
     sub.add_parser("list", help="show the HALs discover() picks and every registered one")
     sub.add_parser("conformance", help="run the conformance suite (see its --help)")
+    cl = sub.add_parser("count-lines", help="lines of code (not blank, not comment) of C/C++ files")
+    cl.add_argument("paths", nargs="+", help="files, or directories (their C/C++ files)")
     args = ap.parse_args(argv)
+    if args.command == "count-lines":
+        from flagos_hal.linecount import report
+
+        try:
+            print(report(args.paths))
+        except FileNotFoundError as e:
+            print(e, file=sys.stderr)
+            return 2
+        return 0
     if args.command == "new-vendor":
         from flagos_hal.scaffold import new_vendor
 

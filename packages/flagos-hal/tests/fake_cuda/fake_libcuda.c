@@ -1,0 +1,260 @@
+/*
+ * A test double of the CUDA driver (libcuda.so.1) on host memory, for testing the cuda
+ * HAL's use of the driver API on machines without a GPU. It implements only the entry
+ * points the HAL resolves, runs all work synchronously, and enforces the driver rules the
+ * HAL must follow: a current context for allocations and stream work, a stream used only
+ * in its own context, an event recorded only on a stream of its context, timing-disabled
+ * events refused by cuEventElapsedTime. FAKE_CUDA_DEVICES sets the device count (2);
+ * built with -DFAKE_CUDA_TOO_OLD it lacks cuMemAlloc_v2 (a driver too old for the HAL).
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+enum {
+  OK = 0, INVALID_VALUE = 1, OUT_OF_MEMORY = 2, NOT_INITIALIZED = 3, INVALID_CONTEXT = 201,
+  INVALID_DEVICE = 101, INVALID_HANDLE = 400, NOT_READY = 600
+};
+#define MAX_DEVICES 8
+#define TOTAL_MEMORY (1ull << 30)
+#define MAX_ALLOCS 65536
+
+typedef struct ctx { int device; } ctx_t;
+typedef struct stream { ctx_t* ctx; int priority; } stream_t;
+typedef struct event { ctx_t* ctx; unsigned flags; int recorded; double ms; } event_t;
+typedef struct alloc { uintptr_t base; size_t size; int device; int host; } alloc_t;
+
+static int g_init, g_devices = 2;
+static ctx_t g_primary[MAX_DEVICES];
+static size_t g_used[MAX_DEVICES];
+static alloc_t g_allocs[MAX_ALLOCS];
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static __thread ctx_t* t_ctx;
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static alloc_t* find(uintptr_t p, int exact) {
+  for (int i = 0; i < MAX_ALLOCS; ++i) {
+    alloc_t* a = &g_allocs[i];
+    if (a->base && (exact ? p == a->base : p >= a->base && p - a->base < (a->size ? a->size : 1))) return a;
+  }
+  return NULL;
+}
+
+static CUresult add(void* p, size_t size, int device, int host) {
+  for (int i = 0; i < MAX_ALLOCS; ++i) {
+    if (!g_allocs[i].base) {
+      g_allocs[i] = (alloc_t){(uintptr_t)p, size, device, host};
+      return OK;
+    }
+  }
+  return OUT_OF_MEMORY;
+}
+
+/* The context a stream's work runs in; its stream must be current. */
+static CUresult stream_ctx(stream_t* s) {
+  if (!t_ctx) return INVALID_CONTEXT;
+  if (s && s->ctx != t_ctx) return INVALID_HANDLE;
+  return OK;
+}
+
+CUresult cuInit(unsigned flags) {
+  (void)flags;
+  const char* n = getenv("FAKE_CUDA_DEVICES");
+  if (n) g_devices = atoi(n);
+  for (int i = 0; i < MAX_DEVICES; ++i) g_primary[i].device = i;
+  g_init = 1;
+  return OK;
+}
+CUresult cuDriverGetVersion(int* v) { *v = 12080; return OK; }
+CUresult cuGetErrorString(CUresult r, const char** s) { *s = r == OUT_OF_MEMORY ? "out of memory" : "fake error"; return OK; }
+CUresult cuGetErrorName(CUresult r, const char** s) { *s = r == OUT_OF_MEMORY ? "CUDA_ERROR_OUT_OF_MEMORY" : "CUDA_ERROR_FAKE"; return OK; }
+CUresult cuDeviceGetCount(int* n) { if (!g_init) return NOT_INITIALIZED; *n = g_devices; return OK; }
+CUresult cuDeviceGet(int* d, int i) { if (i < 0 || i >= g_devices) return INVALID_DEVICE; *d = i; return OK; }
+CUresult cuDeviceGetName(char* name, int len, int d) { (void)d; strncpy(name, "Fake CUDA Device", len); return OK; }
+CUresult cuDeviceGetAttribute(int* v, int attr, int d) {
+  (void)d;
+  *v = attr == 16 ? 132 : attr == 75 ? 9 : attr == 76 ? 0 : 1;
+  return OK;
+}
+CUresult cuDeviceTotalMem_v2(size_t* t, int d) { (void)d; *t = TOTAL_MEMORY; return OK; }
+CUresult cuDevicePrimaryCtxRetain(ctx_t** c, int d) {
+  if (d < 0 || d >= g_devices) return INVALID_DEVICE;
+  *c = &g_primary[d];
+  return OK;
+}
+CUresult cuCtxSetCurrent(ctx_t* c) { t_ctx = c; return OK; }
+CUresult cuCtxGetCurrent(ctx_t** c) { *c = t_ctx; return OK; }
+CUresult cuCtxSynchronize(void) { return t_ctx ? OK : INVALID_CONTEXT; }
+CUresult cuCtxGetStreamPriorityRange(int* least, int* greatest) {
+  if (!t_ctx) return INVALID_CONTEXT;
+  *least = 0;
+  *greatest = -5;
+  return OK;
+}
+CUresult cuMemGetInfo_v2(size_t* f, size_t* t) {
+  if (!t_ctx) return INVALID_CONTEXT;
+  pthread_mutex_lock(&g_mu);
+  *f = TOTAL_MEMORY - g_used[t_ctx->device];
+  pthread_mutex_unlock(&g_mu);
+  *t = TOTAL_MEMORY;
+  return OK;
+}
+#ifndef FAKE_CUDA_TOO_OLD
+CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t size) {
+  if (!t_ctx) return INVALID_CONTEXT;
+  if (size == 0) return INVALID_VALUE;
+  pthread_mutex_lock(&g_mu);
+  CUresult r = OUT_OF_MEMORY;
+  void* mem = NULL;
+  if (size <= TOTAL_MEMORY - g_used[t_ctx->device] && posix_memalign(&mem, 256, size) == 0) {
+    r = add(mem, size, t_ctx->device, 0);
+    if (r == OK) {
+      g_used[t_ctx->device] += size;
+      *p = (CUdeviceptr)(uintptr_t)mem;
+    } else {
+      free(mem);
+    }
+  }
+  pthread_mutex_unlock(&g_mu);
+  return r;
+}
+#endif
+CUresult cuMemFree_v2(CUdeviceptr p) {
+  if (!t_ctx) return INVALID_CONTEXT;
+  pthread_mutex_lock(&g_mu);
+  alloc_t* a = find((uintptr_t)p, 1);
+  CUresult r = a && !a->host ? OK : INVALID_VALUE;
+  if (r == OK) {
+    g_used[a->device] -= a->size;
+    free((void*)a->base);
+    a->base = 0;
+  }
+  pthread_mutex_unlock(&g_mu);
+  return r;
+}
+CUresult cuMemHostAlloc(void** p, size_t size, unsigned flags) {
+  (void)flags;
+  if (!t_ctx) return INVALID_CONTEXT;
+  if (size == 0 || size > (1ull << 40) || posix_memalign(p, 4096, size) != 0) return OUT_OF_MEMORY;
+  pthread_mutex_lock(&g_mu);
+  CUresult r = add(*p, size, -1, 1);
+  pthread_mutex_unlock(&g_mu);
+  return r;
+}
+CUresult cuMemFreeHost(void* p) {
+  pthread_mutex_lock(&g_mu);
+  alloc_t* a = find((uintptr_t)p, 1);
+  CUresult r = a && a->host ? OK : INVALID_VALUE;
+  if (r == OK) {
+    free(p);
+    a->base = 0;
+  }
+  pthread_mutex_unlock(&g_mu);
+  return r;
+}
+CUresult cuMemcpy(CUdeviceptr d, CUdeviceptr s, size_t n) {
+  if (!t_ctx) return INVALID_CONTEXT;
+  memmove((void*)(uintptr_t)d, (const void*)(uintptr_t)s, n);
+  return OK;
+}
+CUresult cuMemcpyPeer(CUdeviceptr d, ctx_t* dc, CUdeviceptr s, ctx_t* sc, size_t n) {
+  if (!dc || !sc || dc == sc) return INVALID_VALUE;
+  memmove((void*)(uintptr_t)d, (const void*)(uintptr_t)s, n);
+  return OK;
+}
+CUresult cuMemcpyAsync(CUdeviceptr d, CUdeviceptr s, size_t n, stream_t* st) {
+  CUresult r = stream_ctx(st);
+  if (r == OK) memmove((void*)(uintptr_t)d, (const void*)(uintptr_t)s, n);
+  return r;
+}
+CUresult cuMemsetD8_v2(CUdeviceptr p, unsigned char v, size_t n) {
+  if (!t_ctx) return INVALID_CONTEXT;
+  memset((void*)(uintptr_t)p, v, n);
+  return OK;
+}
+CUresult cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, stream_t* st) {
+  CUresult r = stream_ctx(st);
+  if (r == OK) memset((void*)(uintptr_t)p, v, n);
+  return r;
+}
+static CUresult attribute(void* data, int attr, alloc_t* a) {
+  switch (attr) {
+    case 2: *(unsigned*)data = a->host ? 1 : 2; return OK;
+    case 9: *(int*)data = a->device; return OK;
+    case 11: *(CUdeviceptr*)data = a->base; return OK;
+    case 12: *(size_t*)data = a->size; return OK;
+    default: return INVALID_VALUE;
+  }
+}
+CUresult cuPointerGetAttribute(void* data, int attr, CUdeviceptr p) {
+  pthread_mutex_lock(&g_mu);
+  alloc_t* a = find((uintptr_t)p, 0);
+  alloc_t copy = a ? *a : (alloc_t){0, 0, 0, 0};
+  pthread_mutex_unlock(&g_mu);
+  return a ? attribute(data, attr, &copy) : INVALID_VALUE;
+}
+CUresult cuPointerGetAttributes(unsigned n, int* attrs, void** data, CUdeviceptr p) {
+  pthread_mutex_lock(&g_mu);
+  alloc_t* a = find((uintptr_t)p, 0);
+  alloc_t copy = a ? *a : (alloc_t){0, 0, 0, 0};
+  pthread_mutex_unlock(&g_mu);
+  for (unsigned i = 0; a && i < n; ++i) attribute(data[i], attrs[i], &copy);
+  return OK;  /* unknown memory: the outputs keep their defaults */
+}
+CUresult cuStreamCreateWithPriority(stream_t** s, unsigned flags, int priority) {
+  (void)flags;
+  if (!t_ctx) return INVALID_CONTEXT;
+  if (priority < -5 || priority > 0) return INVALID_VALUE; /* the HAL clamps */
+  *s = malloc(sizeof **s);
+  (*s)->ctx = t_ctx;
+  (*s)->priority = priority;
+  return OK;
+}
+CUresult cuStreamDestroy_v2(stream_t* s) {
+  CUresult r = stream_ctx(s);
+  if (!s) return INVALID_HANDLE;
+  if (r == OK) free(s);
+  return r;
+}
+CUresult cuStreamQuery(stream_t* s) { return stream_ctx(s); }
+CUresult cuStreamSynchronize(stream_t* s) { return stream_ctx(s); }
+CUresult cuStreamWaitEvent(stream_t* s, event_t* e, unsigned flags) {
+  (void)flags;
+  return e ? stream_ctx(s) : INVALID_HANDLE;
+}
+CUresult cuEventCreate(event_t** e, unsigned flags) {
+  if (!t_ctx) return INVALID_CONTEXT;
+  *e = calloc(1, sizeof **e);
+  (*e)->ctx = t_ctx;
+  (*e)->flags = flags;
+  return OK;
+}
+CUresult cuEventDestroy_v2(event_t* e) {
+  if (!e) return INVALID_HANDLE;
+  free(e);
+  return OK;
+}
+CUresult cuEventRecord(event_t* e, stream_t* s) {
+  CUresult r = stream_ctx(s);
+  if (r != OK) return r;
+  if (!e || e->ctx != t_ctx) return INVALID_HANDLE; /* event and stream of one context */
+  e->recorded = 1;
+  e->ms = now_ms();
+  return OK;
+}
+CUresult cuEventQuery(event_t* e) { return e ? OK : INVALID_HANDLE; }
+CUresult cuEventSynchronize(event_t* e) { return e ? OK : INVALID_HANDLE; }
+CUresult cuEventElapsedTime(float* ms, event_t* a, event_t* b) {
+  if (!a || !b || !a->recorded || !b->recorded || (a->flags | b->flags) & 0x2) return INVALID_HANDLE;
+  *ms = (float)(b->ms - a->ms);
+  return OK;
+}
