@@ -180,8 +180,11 @@ PYBIND11_MODULE(_C, m) {
     if (kind == "cpu") k = flagos::EngineKind::CPU;
     else if (kind == "twin") k = flagos::EngineKind::TWIN;
     else if (kind == "python") k = flagos::EngineKind::PYTHON;
-    else throw std::invalid_argument("flagos: unknown provider engine '" + kind +
-                                     "' (expected cpu, twin or python)");
+    else if (kind == "external") {
+      flagos::register_external_provider_capsule(name, fn.ptr());
+      return;
+    } else throw std::invalid_argument("flagos: unknown provider engine '" + kind +
+                                       "' (expected cpu, twin, python or external)");
     TORCH_CHECK(k != flagos::EngineKind::PYTHON || !fn.is_none(),
                 "flagos: a python provider needs a callable");
     flagos::register_provider(name, k, fn.is_none() ? nullptr : fn.ptr());

@@ -42,7 +42,7 @@ def collect() -> dict[str, Any]:
     for name, p in sorted(routing.providers().items()):
         providers.append({"name": name, "kind": "C++" if p.is_cpp else "Python",
                           "hals": None if p.hals is None else sorted(p.hals),
-                          "module": type(p).__module__})
+                          "module": type(p).__module__, "status": p.status_lines()})
     chains = {}
     for i in range(F.device_count()):
         chains[f"flagos:{i}"] = routing.resolve("aten::mm", i)
@@ -82,6 +82,7 @@ def format_info(info: dict[str, Any]) -> str:
     for p in info["providers"]:
         hals = "all HALs" if p["hals"] is None else ", ".join(p["hals"])
         out.append(f"  {p['name']:<10} {p['kind']:<7} on {hals}  ({p['module']})")
+        out += [f"      {line}" for line in p.get("status", [])]
     r = info["routing"]
     out += ["", f"Routing table (version {r['version']}):"]
     for rule in r["rules"]:

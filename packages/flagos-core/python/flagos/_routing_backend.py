@@ -77,3 +77,13 @@ def register_engine_provider(name: str, engine: str) -> None:
     Packages such as flagos-ops-boxing call this, then describe the provider (which ops,
     which HALs) with a :class:`flagos.routing.Provider` whose ``is_cpp`` is True."""
     _C._register_provider(name, engine)
+
+
+def register_external_provider(name: str, engine: object) -> None:
+    """Register a C++ provider ``name`` whose engine is in another shared library:
+    ``engine`` is a PyCapsule named ``"flagos.provider_engine"`` holding a
+    ``flagos_provider_engine_t`` (header ``flagos/include/flagos/provider_engine.h`` in
+    this package). The dispatcher then calls it without the GIL; it may decline a call.
+    Describe the provider (ops, HALs) with a :class:`flagos.routing.Provider` whose
+    ``is_cpp`` is True, as for :func:`register_engine_provider`."""
+    _C._register_provider(name, "external", engine)

@@ -12,6 +12,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "flagos_hal/sim_runtime.h"
 #include "sim.hpp"
 
 struct flagos_stream_s {};  // handles are the addresses of Stream / Event objects
@@ -59,8 +60,13 @@ struct Stream : flagos_stream_s {
   std::atomic<size_t> pending{0};
   bool stopping = false;
   std::thread worker;
+  // The native handle: what kernel libraries for this device launch on (sim_runtime.h).
+  flagos_sim_stream_t runtime{};
 
   Stream(int d, int p, bool def) : device(d), priority(p), is_default(def) {
+    runtime.struct_size = sizeof(runtime);
+    runtime.stream = this;
+    runtime.launch_host_func = &launch_host_func;
     // VENDOR: create the runtime's stream here; the worker thread goes away.
     worker = std::thread([this] { run(); });
   }
@@ -84,6 +90,11 @@ struct Stream : flagos_stream_s {
     queue.push_back(std::move(task));
     ++pending;
     has_work.notify_one();
+  }
+  static flagos_status_t launch_host_func(const flagos_sim_stream_t* self, void (*fn)(void*),
+                                          void* data) {
+    if (!self || !fn) return fail(FLAGOS_ERROR_INVALID_VALUE, "launch_host_func: NULL argument");
+    return submit(self->stream, [fn, data] { fn(data); });
   }
   bool is_idle() { return pending.load(std::memory_order_acquire) == 0; }
   void synchronize() {
@@ -284,8 +295,10 @@ flagos_status_t stream_get_device(flagos_stream_t stream, int* device) {
 
 flagos_status_t stream_get_native_handle(flagos_stream_t stream, void** handle) {
   if (!handle) return fail(FLAGOS_ERROR_INVALID_VALUE, "stream_get_native_handle: handle is NULL");
-  if (!find_stream(stream)) return bad_stream("stream_get_native_handle");
-  *handle = nullptr;  // VENDOR: the runtime's stream handle, if torch has a twin device
+  auto s = find_stream(stream);
+  if (!s) return bad_stream("stream_get_native_handle");
+  // VENDOR: the runtime's stream handle (what your kernel libraries take as their stream).
+  *handle = &s->runtime;
   return FLAGOS_SUCCESS;
 }
 

@@ -1,6 +1,86 @@
-"""flagos-ops-native: vendor native kernel libraries as a flagos op provider.
+"""flagos-ops-native: vendor C kernel libraries as the flagos op provider ``native``.
 
-Not implemented yet: this package installs and registers no provider, so routing files
-that name ``native`` skip it with the reason "not installed". It will bind vendor kernel
-libraries from a manifest by code generation at build time (nothing generated is checked in).
+A vendor describes its library in a manifest (one line per op: ATen op -> symbol, calling
+convention, dtypes; see docs/native.md). At import this package reads every manifest
+(``flagos.native`` entry points, or ``FLAGOS_NATIVE_MANIFESTS``), checks it against the
+installed torch, opens the library, checks its ABI version, resolves every symbol with
+dlsym and binds the ops in its C++ engine, which the flagos dispatcher calls without the
+GIL. Anything that fails leaves those ops unserved, with the reason in
+``flagos.routing.explain`` and ``python -m flagos info``; it never breaks flagos.
+
+The package ships ``simk``, the reference kernel library of the simulated device.
 """
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from flagos.routing import Provider
+
+from .loader import SHIPPED, LibraryStatus, bind_manifest, find_manifests
+
+__all__ = ["NativeProvider", "provider", "simk_manifest", "statuses"]
+
+
+def simk_manifest() -> str:
+    """Entry point of group ``flagos.native``: the manifest of the sim reference library."""
+    return str(SHIPPED / "simk.toml")
+
+
+class NativeProvider(Provider):
+    """The ``native`` provider: serves the ops its bound manifests serve, on their HALs."""
+
+    name = "native"
+    is_cpp = True
+
+    def __init__(self, statuses: list[LibraryStatus]) -> None:
+        super().__init__()
+        self.statuses = statuses
+
+    def _on(self, hal: str) -> list[LibraryStatus]:
+        return [s for s in self.statuses if not s.error and hal in s.hals]
+
+    def serves(self, op: str) -> bool:
+        """True when some bound library serves ``op`` (on any HAL)."""
+        return any(op in s.served for s in self.statuses)
+
+    def serves_on(self, op: str, hal: str) -> bool:
+        """True when a library bound for HAL ``hal`` serves ``op``."""
+        return any(op in s.served for s in self._on(hal))
+
+    def unserved_reason(self, op: str, hal: str | None) -> str | None:
+        """Why ``op`` is not served on ``hal``: the library failed to load, lacks the
+        symbol, or runs on other HALs; None when no manifest names the op."""
+        for s in self.statuses:
+            if op in s.unserved:
+                return s.unserved[op]
+        for s in self.statuses:
+            if op in s.served and hal is not None and hal not in s.hals:
+                return f"{s.name} runs on HAL(s) {', '.join(sorted(s.hals))}, not {hal!r}"
+        errors = [s.summary() for s in self.statuses if s.error]
+        return "; ".join(errors) or None
+
+    def status_lines(self) -> list[str]:
+        """One line per manifest, for ``python -m flagos info``."""
+        return [s.summary() for s in self.statuses] or ["no manifests found"]
+
+
+def statuses() -> list[LibraryStatus]:
+    """Bind every manifest found (see :func:`flagos_ops_native.loader.find_manifests`)."""
+    return [bind_manifest(p) for p in find_manifests()]
+
+
+def provider() -> NativeProvider:
+    """Entry point of group ``flagos.ops``: binds the manifests and registers the engine."""
+    from flagos._routing_backend import register_external_provider
+
+    from . import _engine
+
+    found = statuses()
+    register_external_provider("native", _engine.engine_capsule())
+    return NativeProvider(found)
+
+
+def manifest_dir() -> Path:
+    """The folder of the shipped manifests."""
+    return SHIPPED

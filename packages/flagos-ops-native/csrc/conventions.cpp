@@ -1,0 +1,546 @@
+// The calling conventions: how the boxed arguments of an ATen op become the typed call of
+// a vendor kernel (flagos_native/kernel_abi.h), and its results the op's results. A call
+// the kernel cannot take (dtype, layout, an argument value) declines before anything is
+// queued, so the next provider runs it with the inputs untouched.
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ExpandUtils.h>
+#include <ATen/WrapDimUtils.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include <algorithm>
+#include <optional>
+#include <vector>
+
+#include "binding.h"
+
+namespace flagos_native {
+
+bool parse_convention(const std::string& name, Convention* out) {
+  static const std::pair<const char*, Convention> names[] = {
+      {"unary", Convention::UNARY},
+      {"binary", Convention::BINARY},
+      {"reduction", Convention::REDUCTION},
+      {"matmul", Convention::MATMUL},
+      {"softmax", Convention::SOFTMAX},
+      {"softmax_backward", Convention::SOFTMAX_BACKWARD},
+      {"layer_norm", Convention::LAYER_NORM},
+      {"layer_norm_backward", Convention::LAYER_NORM_BACKWARD},
+      {"index_select", Convention::INDEX_SELECT},
+      {"embedding_backward", Convention::EMBEDDING_BACKWARD},
+  };
+  for (const auto& [n, c] : names) {
+    if (name == n) {
+      *out = c;
+      return true;
+    }
+  }
+  return false;
+}
+
+Form make_form(const c10::OperatorHandle& op, const Binding* binding) {
+  const auto& args = op.schema().arguments();
+  Form f{binding, FormKind::FUNCTIONAL, args.size(), args.size(), args.size(), 0};
+  for (size_t i = 0; i < args.size(); ++i) {
+    const auto* alias = args[i].alias_info();
+    if (args[i].kwarg_only() && alias && alias->isWrite()) {
+      if (f.kind != FormKind::OUT) f.first_out = i;
+      f.kind = FormKind::OUT;
+      ++f.n_outs;
+    }
+  }
+  if (f.kind == FormKind::OUT) {
+    f.n_inputs = f.first_out;
+  } else if (!args.empty() && args[0].alias_info() && args[0].alias_info()->isWrite()) {
+    f.kind = FormKind::INPLACE;
+  }
+  return f;
+}
+
+namespace {
+
+constexpr auto kFlagos = c10::DeviceType::PrivateUse1;
+using Desc = flagos_native_tensor_t;
+
+std::optional<int32_t> dtype_code(c10::ScalarType t) {
+  switch (t) {
+    case c10::kFloat: return FLAGOS_NATIVE_FLOAT32;
+    case c10::kHalf: return FLAGOS_NATIVE_FLOAT16;
+    case c10::kBFloat16: return FLAGOS_NATIVE_BFLOAT16;
+    case c10::kLong: return FLAGOS_NATIVE_INT64;
+    case c10::kInt: return FLAGOS_NATIVE_INT32;
+    case c10::kBool: return FLAGOS_NATIVE_BOOL;
+    default: return std::nullopt;
+  }
+}
+
+bool on_device(const at::Tensor& t, c10::DeviceIndex device) {
+  return t.defined() && t.device().type() == kFlagos && t.device().index() == device &&
+         t.layout() == c10::kStrided && !t.is_neg() && !t.is_conj();
+}
+
+// A descriptor of `t` with its own sizes, or broadcast to `shape` (stride 0 where t has
+// size 1 or lacks the dimension). False when it does not fit the ABI.
+bool describe(const at::Tensor& t, Desc* d, c10::IntArrayRef shape = {}, bool broadcast = false) {
+  auto code = dtype_code(t.scalar_type());
+  if (!code) return false;
+  c10::IntArrayRef sizes = broadcast ? shape : t.sizes();
+  if (sizes.size() > FLAGOS_NATIVE_MAX_DIMS) return false;
+  d->data = const_cast<void*>(t.const_data_ptr());
+  d->dtype = *code;
+  d->ndim = static_cast<int32_t>(sizes.size());
+  int64_t lead = int64_t(sizes.size()) - t.dim();
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    int64_t j = int64_t(i) - lead;
+    d->sizes[i] = sizes[i];
+    d->strides[i] = (j < 0 || t.size(j) == 1) ? (broadcast ? 0 : t.stride(j)) : t.stride(j);
+  }
+  return true;
+}
+
+// Whether `out` may be written while `in` is read: no shared storage, or exactly the
+// same elements (an elementwise in-place op).
+bool safe_to_write(const at::Tensor& out, const at::Tensor& in, bool same_elements_ok) {
+  if (!in.defined() || !out.storage().is_alias_of(in.storage())) return true;
+  return same_elements_ok && out.const_data_ptr() == in.const_data_ptr() &&
+         out.sizes().equals(in.sizes()) && out.strides().equals(in.strides());
+}
+
+std::optional<double> scalar_of(const c10::IValue& v) {
+  if (v.isDouble()) return v.toDouble();
+  if (v.isInt()) return double(v.toInt());
+  if (v.isBool()) return v.toBool() ? 1.0 : 0.0;
+  if (v.isScalar()) {
+    auto s = v.toScalar();
+    if (s.isComplex()) return std::nullopt;
+    return s.toDouble();
+  }
+  return std::nullopt;
+}
+
+// One call in flight: the arguments, the outputs it will return, the kernel.
+class Call {
+ public:
+  Call(const Form& form, torch::jit::Stack* stack, c10::DeviceIndex device)
+      : form_(form), stack_(*stack), device_(device), base_(stack->size() - form.n_args) {}
+
+  const c10::IValue& arg(size_t i) const { return stack_[base_ + i]; }
+  at::Tensor tensor(size_t i) const {
+    const auto& v = arg(i);
+    return v.isTensor() ? v.toTensor() : at::Tensor();
+  }
+  c10::DeviceIndex device() const { return device_; }
+
+  // The kernel for `dtype`, or nullptr: this dtype is not served.
+  const Kernel* kernel(c10::ScalarType dtype) const {
+    auto code = dtype_code(dtype);
+    if (!code || *code >= kFloatDtypes) return nullptr;
+    const Kernel& k = form_.binding->kernels[*code];
+    return k ? &k : nullptr;
+  }
+
+  // Output `i` of shape `sizes`: the out= argument (resized when empty), self for the
+  // in-place form, a new tensor like `like` else. Undefined: decline.
+  // `dense_ok`: the convention takes outputs with any dense non-overlapping layout (the
+  // elementwise ones, whose structured kernels hand over outputs laid out like the inputs).
+  at::Tensor output(size_t i, c10::IntArrayRef sizes, const at::TensorOptions& like,
+                    bool dense_ok = false) {
+    if (form_.kind == FormKind::OUT) {
+      if (i >= form_.n_outs) return {};
+      at::Tensor out = tensor(form_.first_out + i);
+      if (!on_device(out, device_) || out.scalar_type() != like.dtype().toScalarType()) return {};
+      if (!out.sizes().equals(sizes)) {
+        if (out.numel() != 0) return {};  // torch warns and resizes: leave that to it
+        out.resize_(sizes);
+      }
+      if (!(out.is_contiguous() || (dense_ok && out.is_non_overlapping_and_dense()))) return {};
+      return out;
+    }
+    if (form_.kind == FormKind::INPLACE && i == 0) {
+      at::Tensor self = tensor(0);
+      if (!self.sizes().equals(sizes) ||
+          !(self.is_contiguous() || (dense_ok && self.is_non_overlapping_and_dense())) ||
+          self.scalar_type() != like.dtype().toScalarType())
+        return {};
+      return self;
+    }
+    return at::empty(sizes, like.device(c10::Device(kFlagos, device_)));
+  }
+
+  // Phase 1, the workspace, phase 2. False when the library declines the plan.
+  template <class Plan>
+  bool launch(const Kernel& k, Plan plan) {
+    uint64_t ws_size = 0;
+    flagos_native_executor_t* executor = nullptr;
+    int32_t st = plan(&ws_size, &executor);
+    if (st != FLAGOS_NATIVE_SUCCESS) return false;  // the next provider runs it
+    at::Tensor workspace;
+    if (ws_size) {
+      workspace = at::empty({int64_t(ws_size)},
+                            at::TensorOptions().dtype(c10::kByte).device(kFlagos, device_));
+    }
+    static auto* impl = c10::impl::getDeviceGuardImpl(kFlagos);
+    void* stream = impl->getStreamNativeHandle(impl->getStream(c10::Device(kFlagos, device_)));
+    st = k.execute(ws_size ? workspace.mutable_data_ptr() : nullptr, ws_size, executor, stream);
+    TORCH_CHECK(st == FLAGOS_NATIVE_SUCCESS, "flagos native: kernel of ", form_.binding->library->path,
+                " failed (status ", st, "): ", form_.binding->library->error_text());
+    return true;
+  }
+
+  // Replace the arguments by the results.
+  void finish(std::initializer_list<at::Tensor> results) {
+    torch::jit::drop(stack_, form_.n_args);
+    for (const auto& r : results) stack_.emplace_back(r);
+  }
+
+  const Form& form() const { return form_; }
+
+ private:
+  const Form& form_;
+  torch::jit::Stack& stack_;
+  c10::DeviceIndex device_;
+  size_t base_;
+};
+
+template <class Fn>
+Fn typed(const Kernel& k) {
+  return reinterpret_cast<Fn>(k.plan);
+}
+
+bool run_unary(Call& c) {
+  at::Tensor self = c.tensor(0);
+  if (!on_device(self, c.device())) return false;
+  const Kernel* k = c.kernel(self.scalar_type());
+  if (!k) return false;
+  at::Tensor out = c.output(0, self.sizes(), self.options(), true);
+  if (!out.defined() || !safe_to_write(out, self, true)) return false;
+  Desc a, o;
+  if (!describe(self, &a) || !describe(out, &o)) return false;
+  if (!c.launch(*k, [&](uint64_t* ws, flagos_native_executor_t** ex) {
+        return typed<flagos_native_unary_fn>(*k)(&a, &o, ws, ex);
+      }))
+    return false;
+  c.finish({out});
+  return true;
+}
+
+bool run_binary(Call& c) {
+  at::Tensor self = c.tensor(0), other = c.tensor(1);
+  if (!on_device(self, c.device()) || !on_device(other, c.device())) return false;
+  if (self.scalar_type() != other.scalar_type()) return false;  // type promotion: not here
+  const Kernel* k = c.kernel(self.scalar_type());
+  if (!k) return false;
+  double scalar = 1.0;
+  if (c.form().n_inputs > 2) {
+    auto s = scalar_of(c.arg(2));
+    if (!s) return false;
+    scalar = *s;
+  }
+  auto shape = at::infer_size_dimvector(self.sizes(), other.sizes());
+  at::Tensor out = c.output(0, shape, self.options(), true);
+  if (!out.defined() || !safe_to_write(out, self, true) || !safe_to_write(out, other, true))
+    return false;
+  Desc a, b, o;
+  if (!describe(self, &a, shape, true) || !describe(other, &b, shape, true) || !describe(out, &o))
+    return false;
+  if (!c.launch(*k, [&](uint64_t* ws, flagos_native_executor_t** ex) {
+        return typed<flagos_native_binary_fn>(*k)(&a, &b, scalar, &o, ws, ex);
+      }))
+    return false;
+  c.finish({out});
+  return true;
+}
+
+// sum.dim_IntList / mean.dim: (self, dim?, keepdim, *, dtype?).
+bool run_reduction(Call& c) {
+  at::Tensor self = c.tensor(0);
+  if (!on_device(self, c.device()) || c.form().n_inputs < 4) return false;
+  const auto& dtype = c.arg(3);
+  if (!dtype.isNone() && dtype.toScalarType() != self.scalar_type()) return false;
+  const Kernel* k = c.kernel(self.scalar_type());
+  if (!k) return false;
+  std::vector<int64_t> dims;
+  if (!c.arg(1).isNone()) {
+    for (int64_t d : c.arg(1).toIntVector()) dims.push_back(at::maybe_wrap_dim(d, self.dim()));
+  }
+  std::sort(dims.begin(), dims.end());
+  if (std::adjacent_find(dims.begin(), dims.end()) != dims.end()) return false;
+  bool keepdim = c.arg(2).toBool();
+  std::vector<int64_t> shape;
+  for (int64_t d = 0; d < self.dim(); ++d) {
+    bool reduced = dims.empty() || std::binary_search(dims.begin(), dims.end(), d);
+    if (!reduced) shape.push_back(self.size(d));
+    else if (keepdim) shape.push_back(1);
+  }
+  at::Tensor out = c.output(0, shape, self.options());
+  if (!out.defined() || !safe_to_write(out, self, false)) return false;
+  Desc a, o;
+  if (!describe(self, &a) || !describe(out, &o)) return false;
+  if (!c.launch(*k, [&](uint64_t* ws, flagos_native_executor_t** ex) {
+        return typed<flagos_native_reduction_fn>(*k)(&a, dims.data(), int32_t(dims.size()),
+                                                     keepdim, &o, ws, ex);
+      }))
+    return false;
+  c.finish({out});
+  return true;
+}
+
+// mm(self, mat2), bmm(self, mat2), addmm(self, mat1, mat2, *, beta, alpha).
+bool run_matmul(Call& c) {
+  bool addmm = c.form().n_inputs >= 5;
+  at::Tensor bias = addmm ? c.tensor(0) : at::Tensor();
+  at::Tensor a = c.tensor(addmm ? 1 : 0), b = c.tensor(addmm ? 2 : 1);
+  if (!on_device(a, c.device()) || !on_device(b, c.device())) return false;
+  if (addmm && !on_device(bias, c.device())) return false;
+  if (a.dim() != b.dim() || (a.dim() != 2 && a.dim() != 3)) return false;
+  if (b.scalar_type() != a.scalar_type() || (addmm && bias.scalar_type() != a.scalar_type()))
+    return false;
+  int r = int(a.dim()) - 2;
+  if (a.size(r + 1) != b.size(r) || (a.dim() == 3 && a.size(0) != b.size(0))) return false;
+  const Kernel* k = c.kernel(a.scalar_type());
+  if (!k) return false;
+  double beta = 1.0, alpha = 1.0;
+  if (addmm) {
+    auto sb = scalar_of(c.arg(3)), sa = scalar_of(c.arg(4));
+    if (!sb || !sa) return false;
+    beta = *sb;
+    alpha = *sa;
+  }
+  std::vector<int64_t> shape(a.sizes().begin(), a.sizes().end());
+  shape.back() = b.size(r + 1);
+  if (addmm && !at::is_expandable_to(bias.sizes(), shape)) return false;
+  at::Tensor out = c.output(0, shape, a.options());
+  if (!out.defined() || !safe_to_write(out, a, false) || !safe_to_write(out, b, false) ||
+      !safe_to_write(out, bias, false))
+    return false;
+  Desc da, db, dc, o;
+  if (!describe(a, &da) || !describe(b, &db) || !describe(out, &o)) return false;
+  if (addmm && !describe(bias, &dc, shape, true)) return false;
+  if (!c.launch(*k, [&](uint64_t* ws, flagos_native_executor_t** ex) {
+        return typed<flagos_native_matmul_fn>(*k)(addmm ? &dc : nullptr, &da, &db, beta, alpha,
+                                                  &o, ws, ex);
+      }))
+    return false;
+  c.finish({out});
+  return true;
+}
+
+// _softmax / _log_softmax(self, dim, half_to_float).
+bool run_softmax(Call& c) {
+  at::Tensor self = c.tensor(0);
+  if (!on_device(self, c.device()) || c.arg(2).toBool() || !self.is_contiguous()) return false;
+  const Kernel* k = c.kernel(self.scalar_type());
+  if (!k) return false;
+  int64_t dim = at::maybe_wrap_dim(c.arg(1).toInt(), self.dim());
+  at::Tensor out = c.output(0, self.sizes(), self.options());
+  if (!out.defined() || !safe_to_write(out, self, false)) return false;
+  Desc a, o;
+  if (!describe(self, &a) || !describe(out, &o)) return false;
+  if (!c.launch(*k, [&](uint64_t* ws, flagos_native_executor_t** ex) {
+        return typed<flagos_native_softmax_fn>(*k)(&a, dim, &o, ws, ex);
+      }))
+    return false;
+  c.finish({out});
+  return true;
+}
+
+// _softmax_backward_data / _log_softmax_backward_data(grad_output, output, dim, input_dtype).
+bool run_softmax_backward(Call& c) {
+  at::Tensor grad = c.tensor(0), output = c.tensor(1);
+  if (!on_device(grad, c.device()) || !on_device(output, c.device())) return false;
+  if (grad.scalar_type() != output.scalar_type() || c.arg(3).toScalarType() != grad.scalar_type())
+    return false;
+  if (!grad.is_contiguous() || !output.is_contiguous() || !grad.sizes().equals(output.sizes()))
+    return false;
+  const Kernel* k = c.kernel(grad.scalar_type());
+  if (!k) return false;
+  int64_t dim = at::maybe_wrap_dim(c.arg(2).toInt(), grad.dim());
+  at::Tensor out = c.output(0, grad.sizes(), grad.options());
+  if (!out.defined() || !safe_to_write(out, grad, false) || !safe_to_write(out, output, false))
+    return false;
+  Desc g, y, o;
+  if (!describe(grad, &g) || !describe(output, &y) || !describe(out, &o)) return false;
+  if (!c.launch(*k, [&](uint64_t* ws, flagos_native_executor_t** ex) {
+        return typed<flagos_native_softmax_backward_fn>(*k)(&g, &y, dim, &o, ws, ex);
+      }))
+    return false;
+  c.finish({out});
+  return true;
+}
+
+// The rows of a layer norm: normalized_shape must be the trailing sizes of input.
+std::optional<std::pair<int64_t, std::vector<int64_t>>> norm_rows(const at::Tensor& input,
+                                                                  const c10::IValue& shape_arg) {
+  auto shape = shape_arg.toIntVector();
+  int64_t axis = input.dim() - int64_t(shape.size());
+  if (axis < 0) return std::nullopt;
+  int64_t n = 1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (input.size(axis + int64_t(i)) != shape[i]) return std::nullopt;
+    n *= shape[i];
+  }
+  std::vector<int64_t> stat_shape(input.sizes().begin(), input.sizes().begin() + axis);
+  stat_shape.resize(size_t(input.dim()), 1);
+  return std::make_pair(n, stat_shape);
+}
+
+bool optional_param(const at::Tensor& t, c10::DeviceIndex device, c10::ScalarType dtype,
+                    int64_t n) {
+  return !t.defined() ||
+         (on_device(t, device) && t.scalar_type() == dtype && t.is_contiguous() && t.numel() == n);
+}
+
+// native_layer_norm(input, normalized_shape, weight?, bias?, eps) -> (out, mean, rstd).
+bool run_layer_norm(Call& c) {
+  at::Tensor input = c.tensor(0), weight = c.tensor(2), bias = c.tensor(3);
+  if (!on_device(input, c.device()) || !input.is_contiguous()) return false;
+  const Kernel* k = c.kernel(input.scalar_type());
+  if (!k) return false;
+  auto rows = norm_rows(input, c.arg(1));
+  if (!rows || rows->first == 0) return false;
+  int64_t n = rows->first;
+  if (!optional_param(weight, c.device(), input.scalar_type(), n) ||
+      !optional_param(bias, c.device(), input.scalar_type(), n))
+    return false;
+  double eps = c.arg(4).toDouble();
+  at::Tensor out = c.output(0, input.sizes(), input.options());
+  at::Tensor mean = c.output(1, rows->second, input.options());
+  at::Tensor rstd = c.output(2, rows->second, input.options());
+  if (!out.defined() || !mean.defined() || !rstd.defined()) return false;
+  for (const auto& in : {input, weight, bias}) {
+    for (const auto& o : {out, mean, rstd}) if (!safe_to_write(o, in, false)) return false;
+  }
+  Desc x, w, b, o, m, s;
+  if (!describe(input, &x) || !describe(out, &o) || !describe(mean, &m) || !describe(rstd, &s))
+    return false;
+  if (weight.defined() && !describe(weight, &w)) return false;
+  if (bias.defined() && !describe(bias, &b)) return false;
+  if (!c.launch(*k, [&](uint64_t* ws, flagos_native_executor_t** ex) {
+        return typed<flagos_native_norm_fn>(*k)(&x, n, weight.defined() ? &w : nullptr,
+                                                bias.defined() ? &b : nullptr, eps, &o, &m, &s,
+                                                ws, ex);
+      }))
+    return false;
+  c.finish({out, mean, rstd});
+  return true;
+}
+
+// native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight?, bias?,
+// output_mask) -> (grad_input?, grad_weight?, grad_bias?).
+bool run_layer_norm_backward(Call& c) {
+  at::Tensor grad = c.tensor(0), input = c.tensor(1), mean = c.tensor(3), rstd = c.tensor(4),
+             weight = c.tensor(5), bias = c.tensor(6);
+  for (const auto& t : {grad, input, mean, rstd}) {
+    if (!on_device(t, c.device()) || !t.is_contiguous() || t.scalar_type() != input.scalar_type())
+      return false;
+  }
+  if (!grad.sizes().equals(input.sizes())) return false;
+  const Kernel* k = c.kernel(input.scalar_type());
+  if (!k) return false;
+  auto rows = norm_rows(input, c.arg(2));
+  if (!rows || rows->first == 0) return false;
+  int64_t n = rows->first;
+  if (!optional_param(weight, c.device(), input.scalar_type(), n) ||
+      !optional_param(bias, c.device(), input.scalar_type(), n))
+    return false;
+  auto mask = c.arg(7).toBoolList();
+  if (mask.size() != 3 || mean.numel() * n != input.numel()) return false;
+  // Weight and bias gradients take the parameters' shape; without them there are none.
+  bool want_w = mask[1] && weight.defined(), want_b = mask[2] && bias.defined();
+  if ((mask[1] && !weight.defined()) || (mask[2] && !bias.defined())) return false;
+  at::Tensor gi, gw, gb;
+  if (mask[0] && !(gi = c.output(0, input.sizes(), input.options())).defined()) return false;
+  if (want_w && !(gw = c.output(1, weight.sizes(), weight.options())).defined()) return false;
+  if (want_b && !(gb = c.output(2, bias.sizes(), bias.options())).defined()) return false;
+  for (const auto& in : {grad, input, mean, rstd, weight}) {
+    for (const auto& o : {gi, gw, gb}) if (o.defined() && !safe_to_write(o, in, false)) return false;
+  }
+  Desc dg, dx, dm, ds, dw, dgi, dgw, dgb;
+  if (!describe(grad, &dg) || !describe(input, &dx) || !describe(mean, &dm) || !describe(rstd, &ds))
+    return false;
+  if (weight.defined() && !describe(weight, &dw)) return false;
+  if ((gi.defined() && !describe(gi, &dgi)) || (gw.defined() && !describe(gw, &dgw)) ||
+      (gb.defined() && !describe(gb, &dgb)))
+    return false;
+  if (!c.launch(*k, [&](uint64_t* ws, flagos_native_executor_t** ex) {
+        return typed<flagos_native_norm_backward_fn>(*k)(
+            &dg, &dx, n, &dm, &ds, weight.defined() ? &dw : nullptr, gi.defined() ? &dgi : nullptr,
+            gw.defined() ? &dgw : nullptr, gb.defined() ? &dgb : nullptr, ws, ex);
+      }))
+    return false;
+  c.finish({gi, gw, gb});
+  return true;
+}
+
+// index_select(self, dim, index).
+bool run_index_select(Call& c) {
+  at::Tensor self = c.tensor(0), index = c.tensor(2);
+  if (!on_device(self, c.device()) || !on_device(index, c.device())) return false;
+  if (!self.is_contiguous() || index.dim() > 1) return false;
+  if (index.scalar_type() != c10::kLong && index.scalar_type() != c10::kInt) return false;
+  const Kernel* k = c.kernel(self.scalar_type());
+  if (!k) return false;
+  int64_t dim = at::maybe_wrap_dim(c.arg(1).toInt(), self.dim());
+  std::vector<int64_t> shape(self.sizes().begin(), self.sizes().end());
+  if (self.dim() == 0) {
+    if (index.numel() != 1) return false;
+  } else {
+    shape[size_t(dim)] = index.numel();
+  }
+  at::Tensor out = c.output(0, shape, self.options());
+  if (!out.defined() || !safe_to_write(out, self, false) || !safe_to_write(out, index, false))
+    return false;
+  Desc a, i, o;
+  if (!describe(self, &a) || !describe(index, &i) || !describe(out, &o)) return false;
+  if (!c.launch(*k, [&](uint64_t* ws, flagos_native_executor_t** ex) {
+        return typed<flagos_native_index_select_fn>(*k)(&a, dim, &i, &o, ws, ex);
+      }))
+    return false;
+  c.finish({out});
+  return true;
+}
+
+// embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq).
+bool run_embedding_backward(Call& c) {
+  at::Tensor grad = c.tensor(0), indices = c.tensor(1);
+  if (!on_device(grad, c.device()) || !on_device(indices, c.device())) return false;
+  if (c.arg(4).toBool() || !grad.is_contiguous() || grad.dim() < 1) return false;
+  if (indices.scalar_type() != c10::kLong && indices.scalar_type() != c10::kInt) return false;
+  const Kernel* k = c.kernel(grad.scalar_type());
+  if (!k) return false;
+  int64_t num = c.arg(2).toInt(), padding = c.arg(3).toInt(), dim = grad.size(-1);
+  if (grad.numel() != indices.numel() * dim) return false;
+  at::Tensor out = c.output(0, {num, dim}, grad.options());
+  if (!out.defined() || !safe_to_write(out, grad, false) || !safe_to_write(out, indices, false))
+    return false;
+  Desc g, i, o;
+  if (!describe(grad, &g) || !describe(indices, &i) || !describe(out, &o)) return false;
+  if (!c.launch(*k, [&](uint64_t* ws, flagos_native_executor_t** ex) {
+        return typed<flagos_native_embedding_backward_fn>(*k)(&g, &i, padding, &o, ws, ex);
+      }))
+    return false;
+  c.finish({out});
+  return true;
+}
+
+}  // namespace
+
+bool run_convention(const Form& form, const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                    c10::DeviceIndex device) {
+  Call c(form, stack, device);
+  switch (form.binding->convention) {
+    case Convention::UNARY: return run_unary(c);
+    case Convention::BINARY: return run_binary(c);
+    case Convention::REDUCTION: return run_reduction(c);
+    case Convention::MATMUL: return run_matmul(c);
+    case Convention::SOFTMAX: return run_softmax(c);
+    case Convention::SOFTMAX_BACKWARD: return run_softmax_backward(c);
+    case Convention::LAYER_NORM: return run_layer_norm(c);
+    case Convention::LAYER_NORM_BACKWARD: return run_layer_norm_backward(c);
+    case Convention::INDEX_SELECT: return run_index_select(c);
+    case Convention::EMBEDDING_BACKWARD: return run_embedding_backward(c);
+  }
+  return false;
+}
+
+}  // namespace flagos_native
