@@ -48,7 +48,7 @@ print(json.dumps({"served": sorted(served), "stats": stats}))
 def test_tinyllama_step_native_matches_cpu():
     env = dict(os.environ, FLAGOS_NO_HOST_ALIAS="1", FLAGOS_HAL="sim")
     proc = subprocess.run([sys.executable, "-c", STEP], env=env, capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-4000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     stats, served = out["stats"], set(out["served"])

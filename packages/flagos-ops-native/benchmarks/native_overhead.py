@@ -23,10 +23,10 @@ import time
 os.environ["FLAGOS_NO_HOST_ALIAS"] = "1"
 os.environ.setdefault("FLAGOS_HAL", "sim")
 
-import flagos  # noqa: E402
-import torch  # noqa: E402
-from flagos.models.llama import LlamaConfig, TinyLlama  # noqa: E402
-from flagos_ops_native import _engine, manifest_dir  # noqa: E402
+import flagos
+import torch
+from flagos.models.llama import LlamaConfig, TinyLlama
+from flagos_ops_native import _engine, manifest_dir
 
 
 def per_call(iters: int) -> None:

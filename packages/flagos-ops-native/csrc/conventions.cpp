@@ -118,6 +118,25 @@ std::optional<double> scalar_of(const c10::IValue& v) {
   return std::nullopt;
 }
 
+// The current flagos stream's native handle (the HAL's stream_get_native_handle). flagos
+// streams are pooled and live for the process, so each thread keeps the last answer per
+// (device, stream id).
+void* native_stream(c10::DeviceIndex device) {
+  static auto* impl = c10::impl::getDeviceGuardImpl(kFlagos);
+  c10::Stream s = impl->getStream(c10::Device(kFlagos, device));
+  thread_local struct {
+    c10::DeviceIndex device = -1;
+    c10::StreamId id = -1;
+    void* handle = nullptr;
+  } last;
+  if (last.device != device || last.id != s.id() || !last.handle) {
+    last.handle = impl->getStreamNativeHandle(s);
+    last.device = device;
+    last.id = s.id();
+  }
+  return last.handle;
+}
+
 // One call in flight: the arguments, the outputs it will return, the kernel.
 class Call {
  public:
@@ -179,8 +198,7 @@ class Call {
       workspace = at::empty({int64_t(ws_size)},
                             at::TensorOptions().dtype(c10::kByte).device(kFlagos, device_));
     }
-    static auto* impl = c10::impl::getDeviceGuardImpl(kFlagos);
-    void* stream = impl->getStreamNativeHandle(impl->getStream(c10::Device(kFlagos, device_)));
+    void* stream = native_stream(device_);
     st = k.execute(ws_size ? workspace.mutable_data_ptr() : nullptr, ws_size, executor, stream);
     TORCH_CHECK(st == FLAGOS_NATIVE_SUCCESS, "flagos native: kernel of ", form_.binding->library->path,
                 " failed (status ", st, "): ", form_.binding->library->error_text());
@@ -226,7 +244,14 @@ bool run_unary(Call& c) {
 
 bool run_binary(Call& c) {
   at::Tensor self = c.tensor(0), other = c.tensor(1);
-  if (!on_device(self, c.device()) || !on_device(other, c.device())) return false;
+  if (!on_device(self, c.device())) return false;
+  // A 0-dim CPU operand (a Python number: x * 0.5) does not change the result dtype of a
+  // floating self; it moves to the device as a one-element tensor of self's dtype.
+  if (other.defined() && other.device().is_cpu() && other.dim() == 0 &&
+      at::isFloatingType(self.scalar_type()) && !other.is_complex()) {
+    other = other.to(self.options());
+  }
+  if (!on_device(other, c.device())) return false;
   if (self.scalar_type() != other.scalar_type()) return false;  // type promotion: not here
   const Kernel* k = c.kernel(self.scalar_type());
   if (!k) return false;
@@ -310,8 +335,10 @@ bool run_matmul(Call& c) {
   shape.back() = b.size(r + 1);
   if (addmm && !at::is_expandable_to(bias.sizes(), shape)) return false;
   at::Tensor out = c.output(0, shape, a.options());
+  // out may be the bias itself (addmm_): each element of it is read just before it is
+  // written.
   if (!out.defined() || !safe_to_write(out, a, false) || !safe_to_write(out, b, false) ||
-      !safe_to_write(out, bias, false))
+      !safe_to_write(out, bias, true))
     return false;
   Desc da, db, dc, o;
   if (!describe(a, &da) || !describe(b, &db) || !describe(out, &o)) return false;

@@ -9,8 +9,8 @@ import os
 os.environ.setdefault("FLAGOS_NO_HOST_ALIAS", "1")
 os.environ.setdefault("FLAGOS_HAL", "sim")
 
-import flagos  # noqa: E402
-import pytest  # noqa: E402
+import flagos
+import pytest
 
 
 @pytest.fixture(autouse=True)

@@ -132,10 +132,21 @@ def test_unsupported_dtype_declines_to_cpu(native_first):
     row = flagos.routing.stats()["aten::mm.out"]
     assert row["native"]["declined"] == 1 and row["native"]["calls"] == 0
     assert row["cpu"]["calls"] == 1
-    # mixed dtypes and a CPU scalar operand decline too (type promotion is not native's)
+    # mixed dtypes decline too (type promotion is not native's)
     x = torch.randn(3, dtype=torch.float32)
-    torch.testing.assert_close((x.to("flagos") * 2.5).cpu(), x * 2.5)
+    flagos.routing.reset_stats()
     torch.testing.assert_close((x.to("flagos") + x.double().to("flagos")).cpu(), x + x.double())
+    assert flagos.routing.stats()["aten::add.out"]["native"]["declined"] == 1
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_python_number_operand(native_first, dtype):
+    """x * 2.5 (a 0-dim CPU operand) is served: the number moves to the device."""
+    x = torch.randn(3, 4, dtype=dtype)
+    _check(lambda t: t * 2.5, x, dtype=dtype, served=["aten::mul.out"])
+    _check(lambda t: t / 3, x, dtype=dtype, served=["aten::div.out"])
+    _check(lambda t: t - torch.tensor(1.5, dtype=torch.float64), x, dtype=dtype,
+           served=["aten::sub.out"])
 
 
 def test_kernels_run_on_the_stream(native_first):

@@ -295,7 +295,7 @@ flagos_status_t stream_get_device(flagos_stream_t stream, int* device) {
 
 flagos_status_t stream_get_native_handle(flagos_stream_t stream, void** handle) {
   if (!handle) return fail(FLAGOS_ERROR_INVALID_VALUE, "stream_get_native_handle: handle is NULL");
-  auto s = find_stream(stream);
+  Stream* s = live_stream(stream);  // on the path of every native-provider call: no lock
   if (!s) return bad_stream("stream_get_native_handle");
   // VENDOR: the runtime's stream handle (what your kernel libraries take as their stream).
   *handle = &s->runtime;

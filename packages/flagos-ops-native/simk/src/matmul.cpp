@@ -39,22 +39,31 @@ extern "C" SIMK_API int32_t simkMatmulGetWorkspaceSize(const simkTensor* bias, c
   bool has_bias = bias != nullptr && beta != 0.0;
   if (bias) C = *bias;
   float fa = float(alpha), fb = float(beta);
-  return plan([A, B, O, C, has_bias, fa, fb](void*) {
-    int r = A.ndim - 2;
+  int r = A.ndim - 2;
+  int64_t m = A.sizes[r], k = A.sizes[r + 1], n = B.sizes[r + 1];
+  // Workspace: one batch of A and B as dense float32, and an accumulator row, so that the
+  // inner loop runs over contiguous floats whatever the operands' dtype and strides.
+  uint64_t workspace = uint64_t(m * k + k * n + n) * sizeof(float);
+  return plan([A, B, O, C, has_bias, fa, fb, r, m, k, n](void* ws) {
     int64_t batches = A.ndim == 3 ? A.sizes[0] : 1;
-    int64_t m = A.sizes[r], k = A.sizes[r + 1], n = B.sizes[r + 1];
     int64_t sab = A.ndim == 3 ? A.strides[0] : 0, sbb = B.ndim == 3 ? B.strides[0] : 0;
     int64_t sai = A.strides[r], sak = A.strides[r + 1], sbk = B.strides[r], sbj = B.strides[r + 1];
     int64_t scb = C.ndim == 3 ? C.strides[0] : 0, sci = has_bias ? C.strides[r] : 0,
             scj = has_bias ? C.strides[r + 1] : 0;
-    std::vector<float> row(static_cast<size_t>(n));
+    float* af = static_cast<float*>(ws);
+    float* bf = af + m * k;
+    float* row = bf + k * n;
     for (int64_t bt = 0; bt < batches; ++bt) {
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t p = 0; p < k; ++p) af[i * k + p] = load(A.data, A.dtype, bt * sab + i * sai + p * sak);
+      for (int64_t p = 0; p < k; ++p)
+        for (int64_t j = 0; j < n; ++j) bf[p * n + j] = load(B.data, B.dtype, bt * sbb + p * sbk + j * sbj);
       for (int64_t i = 0; i < m; ++i) {
-        std::fill(row.begin(), row.end(), 0.0f);
+        std::fill(row, row + n, 0.0f);
         for (int64_t p = 0; p < k; ++p) {
-          float av = load(A.data, A.dtype, bt * sab + i * sai + p * sak);
-          int64_t base = bt * sbb + p * sbk;
-          for (int64_t j = 0; j < n; ++j) row[j] += av * load(B.data, B.dtype, base + j * sbj);
+          const float av = af[i * k + p];
+          const float* brow = bf + p * n;
+          for (int64_t j = 0; j < n; ++j) row[j] += av * brow[j];
         }
         for (int64_t j = 0; j < n; ++j) {
           float v = fa * row[j];
@@ -63,6 +72,6 @@ extern "C" SIMK_API int32_t simkMatmulGetWorkspaceSize(const simkTensor* bias, c
         }
       }
     }
-  }, ws, ex);
+  }, ws, ex, workspace);
 }
 SIMK_DEFINE_EXECUTE(simkMatmul)

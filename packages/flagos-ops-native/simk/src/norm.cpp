@@ -91,23 +91,28 @@ extern "C" SIMK_API int32_t simkLayerNormBackwardGetWorkspaceSize(
     auto* acc_w = static_cast<double*>(workspace);
     double* acc_b = acc_w + n;
     std::fill(acc_w, acc_w + 2 * n, 0.0);
+    // grad_input as torch's CPU kernel computes it, in float (its rounding matters where
+    // x - mean cancels: a row of one element has a zero gradient made of rounding noise):
+    // dx = rstd * dy * w + b * x + c with b = (db * mean - ds) * rstd^3 / n,
+    // c = -b * mean - db * rstd / n, ds = sum(dy * w * x), db = sum(dy * w).
+    const float scale = 1.0f / float(n);
     for (int64_t r = 0; r < rows; ++r) {
-      double m = load(mu.data, mu.dtype, r), inv = load(rs.data, rs.dtype, r);
-      double sum_g = 0, sum_gx = 0;
+      float m = load(mu.data, mu.dtype, r), a = load(rs.data, rs.dtype, r);
+      float ds = 0, db = 0;
       for (int64_t i = 0; i < n; ++i) {
-        double dy = load(g.data, g.dtype, r * n + i);
-        double xhat = (load(x.data, x.dtype, r * n + i) - m) * inv;
-        acc_w[i] += dy * xhat;
+        float dy = load(g.data, g.dtype, r * n + i), x_i = load(x.data, x.dtype, r * n + i);
+        acc_w[i] += double(dy) * (double(x_i) - m) * a;
         acc_b[i] += dy;
-        double gw_i = dy * (has_w ? load(w.data, w.dtype, i) : 1.0f);
-        sum_g += gw_i;
-        sum_gx += gw_i * xhat;
+        float dyw = dy * (has_w ? load(w.data, w.dtype, i) : 1.0f);
+        ds += dyw * x_i;
+        db += dyw;
       }
       if (!want_gi) continue;
+      float b = (db * m - ds) * a * a * a * scale;
+      float c = -b * m - db * a * scale;
       for (int64_t i = 0; i < n; ++i) {
-        double dy = load(g.data, g.dtype, r * n + i) * (has_w ? load(w.data, w.dtype, i) : 1.0f);
-        double xhat = (load(x.data, x.dtype, r * n + i) - m) * inv;
-        store(gi.data, gi.dtype, r * n + i, float(inv / double(n) * (double(n) * dy - sum_g - xhat * sum_gx)));
+        float dyw = load(g.data, g.dtype, r * n + i) * (has_w ? load(w.data, w.dtype, i) : 1.0f);
+        store(gi.data, gi.dtype, r * n + i, a * dyw + b * load(x.data, x.dtype, r * n + i) + c);
       }
     }
     for (int64_t i = 0; i < n; ++i) {
