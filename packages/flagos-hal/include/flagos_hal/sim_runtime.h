@@ -21,14 +21,14 @@
 extern "C" {
 #endif
 
-typedef struct flagos_sim_stream {
-  uint32_t struct_size;  /* sizeof(flagos_sim_stream_t) the HAL was built with */
+typedef struct flagos_hal_sim_stream {
+  uint32_t struct_size;  /* sizeof(flagos_hal_sim_stream_t) the HAL was built with */
   flagos_stream_t stream; /* the HAL stream this runtime stream belongs to */
   /* Queue fn(data) on the stream, after the work queued so far. Returns INVALID_HANDLE
    * (and never runs fn) when the stream has been destroyed. */
-  flagos_status_t (*launch_host_func)(const struct flagos_sim_stream* self,
+  flagos_status_t (*launch_host_func)(const struct flagos_hal_sim_stream* self,
                                       void (*fn)(void* data), void* data);
-} flagos_sim_stream_t;
+} flagos_hal_sim_stream_t;
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -61,7 +61,7 @@ struct Stream : flagos_stream_s {
   bool stopping = false;
   std::thread worker;
   // The native handle: what kernel libraries for this device launch on (sim_runtime.h).
-  flagos_sim_stream_t runtime{};
+  flagos_hal_sim_stream_t runtime{};
 
   Stream(int d, int p, bool def) : device(d), priority(p), is_default(def) {
     runtime.struct_size = sizeof(runtime);
@@ -91,7 +91,7 @@ struct Stream : flagos_stream_s {
     ++pending;
     has_work.notify_one();
   }
-  static flagos_status_t launch_host_func(const flagos_sim_stream_t* self, void (*fn)(void*),
+  static flagos_status_t launch_host_func(const flagos_hal_sim_stream_t* self, void (*fn)(void*),
                                           void* data) {
     if (!self || !fn) return fail(FLAGOS_ERROR_INVALID_VALUE, "launch_host_func: NULL argument");
     return submit(self->stream, [fn, data] { fn(data); });

@@ -13,74 +13,12 @@ The package ships ``simk``, the reference kernel library of the simulated device
 
 from __future__ import annotations
 
-from pathlib import Path
+# flagos first: importing it discovers the providers, which loads this package's entry
+# point (flagos_ops_native.provider) while this module is still initializing.
+import flagos  # noqa: F401
 
-from flagos.routing import Provider
+from .loader import LibraryStatus
+from .provider import NativeProvider, manifest_dir, provider, simk_manifest, statuses
 
-from .loader import SHIPPED, LibraryStatus, bind_manifest, find_manifests
-
-__all__ = ["NativeProvider", "provider", "simk_manifest", "statuses"]
-
-
-def simk_manifest() -> str:
-    """Entry point of group ``flagos.native``: the manifest of the sim reference library."""
-    return str(SHIPPED / "simk.toml")
-
-
-class NativeProvider(Provider):
-    """The ``native`` provider: serves the ops its bound manifests serve, on their HALs."""
-
-    name = "native"
-    is_cpp = True
-
-    def __init__(self, statuses: list[LibraryStatus]) -> None:
-        super().__init__()
-        self.statuses = statuses
-
-    def _on(self, hal: str) -> list[LibraryStatus]:
-        return [s for s in self.statuses if not s.error and hal in s.hals]
-
-    def serves(self, op: str) -> bool:
-        """True when some bound library serves ``op`` (on any HAL)."""
-        return any(op in s.served for s in self.statuses)
-
-    def serves_on(self, op: str, hal: str) -> bool:
-        """True when a library bound for HAL ``hal`` serves ``op``."""
-        return any(op in s.served for s in self._on(hal))
-
-    def unserved_reason(self, op: str, hal: str | None) -> str | None:
-        """Why ``op`` is not served on ``hal``: the library failed to load, lacks the
-        symbol, or runs on other HALs; None when no manifest names the op."""
-        for s in self.statuses:
-            if op in s.unserved:
-                return s.unserved[op]
-        for s in self.statuses:
-            if op in s.served and hal is not None and hal not in s.hals:
-                return f"{s.name} runs on HAL(s) {', '.join(sorted(s.hals))}, not {hal!r}"
-        errors = [s.summary() for s in self.statuses if s.error]
-        return "; ".join(errors) or None
-
-    def status_lines(self) -> list[str]:
-        """One line per manifest, for ``python -m flagos info``."""
-        return [s.summary() for s in self.statuses] or ["no manifests found"]
-
-
-def statuses() -> list[LibraryStatus]:
-    """Bind every manifest found (see :func:`flagos_ops_native.loader.find_manifests`)."""
-    return [bind_manifest(p) for p in find_manifests()]
-
-
-def provider() -> NativeProvider:
-    """Entry point of group ``flagos.ops``: binds the manifests and registers the engine."""
-    from flagos._routing_backend import register_external_provider
-
-    from . import _engine
-
-    found = statuses()
-    register_external_provider("native", _engine.engine_capsule())
-    return NativeProvider(found)
-
-
-def manifest_dir() -> Path:
-    """The folder of the shipped manifests."""
-    return SHIPPED
+__all__ = ["LibraryStatus", "NativeProvider", "manifest_dir", "provider", "simk_manifest",
+           "statuses"]

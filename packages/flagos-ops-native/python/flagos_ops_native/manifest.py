@@ -102,7 +102,15 @@ def _input_types(schema) -> list[str]:
     return [str(a.type) for a in _inputs(schema)]
 
 
-def _forms_of(op: str, wanted: tuple[str, ...]) -> tuple[str, ...]:
+def _overloads_by_op() -> dict[str, list[str]]:
+    """Every registered op name, grouped by whole op (``aten::add`` -> its overloads)."""
+    index: dict[str, list[str]] = {}
+    for name in sorted(torch._C._dispatch_get_all_op_names()):
+        index.setdefault(_ops.split(name)[0], []).append(name)
+    return index
+
+
+def _forms_of(op: str, wanted: tuple[str, ...], index: dict[str, list[str]]) -> tuple[str, ...]:
     """The overloads of ``op``'s functional form, its in-place twin ``name_`` and its out=
     overload (the one whose non-out arguments are the functional's), as torch has them."""
     base, overload = _ops.split(op)
@@ -115,8 +123,8 @@ def _forms_of(op: str, wanted: tuple[str, ...]) -> tuple[str, ...]:
             out.append(inplace)
     if "out" in wanted:
         want = [(a.name, str(a.type)) for a in _inputs(schema)]
-        for name in sorted(torch._C._dispatch_get_all_op_names()):
-            if _ops.split(name)[0] != base or name == full:
+        for name in index.get(base, []):
+            if name == full:
                 continue
             s = _schema_of(name)
             outs = [a for a in s.arguments if a not in _inputs(s)]
@@ -200,7 +208,7 @@ def _library(doc: dict, file: Path, where: _Where) -> tuple[Library, tuple[str, 
 
 
 def _op_entry(op: object, value: object, library: Library, default_dtypes: tuple[str, ...],
-              where: _Where) -> OpEntry:
+              where: _Where, index: dict[str, list[str]]) -> OpEntry:
     path = ("ops", str(op))
     if not isinstance(op, str) or not _ops.is_op(op):
         matches = _ops.suggest(str(op), whole_ops=False)
@@ -235,7 +243,7 @@ def _op_entry(op: object, value: object, library: Library, default_dtypes: tuple
         name = symbol.replace("{dtype}", DTYPES[d][1])
         symbols[d] = (name + library.plan_suffix, name)
     return OpEntry(op=functional, line=where.line(path), convention=conv_name,
-                   overloads=_forms_of(op, tuple(forms)), symbols=symbols)
+                   overloads=_forms_of(op, tuple(forms), index), symbols=symbols)
 
 
 def parse(path: str | Path) -> Manifest:
@@ -256,7 +264,9 @@ def parse(path: str | Path) -> Manifest:
     table = doc.get("ops", {})
     if not isinstance(table, dict):
         raise where.error(("ops",), "[ops] must be a table of op = { ... } lines", "ops")
-    entries = [_op_entry(op, value, library, dtypes, where) for op, value in table.items()]
+    index = _overloads_by_op()
+    entries = [_op_entry(op, value, library, dtypes, where, index)
+               for op, value in table.items()]
     seen: dict[str, str] = {}
     for e in entries:
         for o in e.overloads:

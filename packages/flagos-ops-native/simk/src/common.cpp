@@ -88,8 +88,8 @@ int32_t execute(void* workspace, uint64_t workspace_size, simkExecutor* executor
   (void)workspace_size;  // the planned size: the kernel knows its own
   std::unique_ptr<Executor> ex(reinterpret_cast<Executor*>(executor));
   if (!ex) return fail(FLAGOS_NATIVE_INVALID, "executor is NULL");
-  auto* s = static_cast<const flagos_sim_stream_t*>(stream);
-  if (!s || s->struct_size < sizeof(flagos_sim_stream_t) || !s->launch_host_func)
+  auto* s = static_cast<const flagos_hal_sim_stream_t*>(stream);
+  if (!s || s->struct_size < sizeof(flagos_hal_sim_stream_t) || !s->launch_host_func)
     return fail(FLAGOS_NATIVE_INVALID, "stream is not a sim runtime stream (flagos_hal/sim_runtime.h)");
   auto* launch = new Launch{std::move(ex), workspace};
   if (s->launch_host_func(s, &run_launch, launch) != FLAGOS_SUCCESS) {
