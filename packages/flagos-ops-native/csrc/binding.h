@@ -8,6 +8,7 @@
 #include <array>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "flagos_native/kernel_abi.h"
 #include "library.h"
@@ -25,6 +26,7 @@ enum class Convention {
   LAYER_NORM_BACKWARD,
   INDEX_SELECT,
   EMBEDDING_BACKWARD,
+  CUBLAS_GEMM,  // one phase: cuBLAS's own gemm call (cublas_gemm.cpp)
 };
 // "unary" -> UNARY, ...; false for an unknown name.
 bool parse_convention(const std::string& name, Convention* out);
@@ -41,6 +43,8 @@ struct Binding {
   Convention convention;
   std::array<Kernel, kFloatDtypes> kernels;  // by flagos_native_dtype_t; empty: not served
   std::shared_ptr<Library> library;
+  bool one_phase = false;       // the kernel is `plan` alone (no execute symbol)
+  std::vector<void*> helpers;   // the convention's library-level symbols, in its order
 };
 
 // Which schema shape of the bound op a call arrives with.

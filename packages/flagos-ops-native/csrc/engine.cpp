@@ -7,6 +7,7 @@
 #include <ATen/ops/add.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include <algorithm>
 #include <chrono>
 #include <mutex>
 #include <shared_mutex>
@@ -23,9 +24,13 @@ namespace {
 struct Table {
   std::shared_mutex mu;
   std::vector<std::shared_ptr<Library>> libraries;
-  std::unordered_map<std::string, std::shared_ptr<const Binding>> by_name;  // "aten::add.out"
+  // "aten::add.out" -> its bindings, in the order the manifests were bound: a call tries
+  // them in turn (a library declining a call hands it to the next one, then to the next
+  // provider of the chain).
+  std::unordered_map<std::string, std::vector<std::shared_ptr<const Binding>>> by_name;
   // Forms made at first call; bindings are kept alive by `retired` after a clear().
-  std::unordered_map<const c10::OperatorName*, std::unique_ptr<Form>> forms;
+  using Forms = std::vector<Form>;
+  std::unordered_map<const c10::OperatorName*, std::unique_ptr<Forms>> forms;
   std::vector<std::shared_ptr<const Binding>> retired;
   uint64_t generation = 1;
 };
@@ -39,13 +44,13 @@ std::string full_name(const c10::OperatorHandle& op) {
   return n.overload_name.empty() ? n.name : n.name + "." + n.overload_name;
 }
 
-// The form of `op`, or nullptr when nothing is bound to it. A per-thread cache in front of
+// The forms of `op` (one per binding), or nullptr when nothing is bound to it. A per-thread cache in front of
 // the table keeps the lock off the hot path; clear() bumps the generation to drop it.
-const Form* form_of(const c10::OperatorHandle& op) {
+const Table::Forms* forms_of(const c10::OperatorHandle& op) {
   const c10::OperatorName* key = &op.operator_name();
   struct Entry {
     const c10::OperatorName* key = nullptr;
-    const Form* form = nullptr;
+    const Table::Forms* form = nullptr;
     uint64_t generation = 0;
   };
   thread_local std::array<Entry, 64> cache{};
@@ -53,7 +58,7 @@ const Form* form_of(const c10::OperatorHandle& op) {
   auto& e = cache[(reinterpret_cast<uintptr_t>(key) >> 4) % cache.size()];
   uint64_t gen = __atomic_load_n(&t.generation, __ATOMIC_ACQUIRE);
   if (e.key == key && e.generation == gen) return e.form;
-  const Form* form = nullptr;
+  const Table::Forms* form = nullptr;
   {
     std::unique_lock<std::shared_mutex> lock(t.mu);
     auto it = t.forms.find(key);
@@ -62,7 +67,8 @@ const Form* form_of(const c10::OperatorHandle& op) {
     } else {
       auto b = t.by_name.find(full_name(op));
       if (b != t.by_name.end()) {
-        auto f = std::make_unique<Form>(make_form(op, b->second.get()));
+        auto f = std::make_unique<Table::Forms>();
+        for (const auto& binding : b->second) f->push_back(make_form(op, binding.get()));
         form = f.get();
         t.forms[key] = std::move(f);
       } else {
@@ -76,9 +82,22 @@ const Form* form_of(const c10::OperatorHandle& op) {
 }
 
 bool run(void*, const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DeviceIndex device) {
-  const Form* form = form_of(op);
-  if (!form) return false;
-  return run_convention(*form, op, stack, device);
+  const Table::Forms* forms = forms_of(op);
+  if (!forms) return false;
+  for (const Form& form : *forms) {
+    if (run_convention(form, op, stack, device)) return true;
+  }
+  return false;
+}
+
+// Drops the forms (they are made again at next call); a call on another thread may be
+// using one, so they are kept, as are replaced bindings. Under table().mu.
+void retire_forms_locked() {
+  static auto* old_forms = new std::vector<std::unique_ptr<Table::Forms>>();
+  for (auto& kv : table().forms) {
+    if (kv.second) old_forms->push_back(std::move(kv.second));
+  }
+  table().forms.clear();
 }
 
 flagos_provider_engine_t g_engine{sizeof(flagos_provider_engine_t), FLAGOS_PROVIDER_ENGINE_VERSION,
@@ -86,8 +105,9 @@ flagos_provider_engine_t g_engine{sizeof(flagos_provider_engine_t), FLAGOS_PROVI
 
 // Opens a library; returns its index for bind().
 int open(const std::string& path, const std::string& version_symbol, uint32_t min_version,
-         uint32_t max_version, const std::string& error_symbol) {
-  auto lib = open_library(path, version_symbol, min_version, max_version, error_symbol);
+         uint32_t max_version, const std::string& error_symbol, const std::string& version_style) {
+  auto lib = open_library(path, version_symbol, min_version, max_version, error_symbol,
+                          version_style);
   std::unique_lock<std::shared_mutex> lock(table().mu);
   table().libraries.push_back(lib);
   return int(table().libraries.size() - 1);
@@ -96,9 +116,12 @@ int open(const std::string& path, const std::string& version_symbol, uint32_t mi
 // Binds `ops` (full overload names) to `convention` with, per dtype code (0 float32,
 // 1 float16, 2 bfloat16), the plan and execute symbols. Returns the symbols not found;
 // then nothing is bound (a half-resolved op is never called).
+// `helpers`: library-level symbols the convention calls (cublas_gemm: handle creation);
+// `one_phase`: the kernel is one call (no execute symbol).
 std::vector<std::string> bind(int library, const std::string& convention,
                               const std::map<int, std::pair<std::string, std::string>>& symbols,
-                              const std::vector<std::string>& ops) {
+                              const std::vector<std::string>& ops,
+                              const std::vector<std::string>& helpers, bool one_phase) {
   Convention conv;
   if (!parse_convention(convention, &conv)) {
     throw std::invalid_argument("unknown calling convention '" + convention + "'");
@@ -116,27 +139,43 @@ std::vector<std::string> bind(int library, const std::string& convention,
     if (code < 0 || code >= kFloatDtypes) throw std::invalid_argument("bad dtype code");
     Kernel k;
     k.plan = find_symbol(*lib, names.first);
-    k.execute = reinterpret_cast<flagos_native_execute_fn>(find_symbol(*lib, names.second));
     if (!k.plan) missing.push_back(names.first);
-    if (!k.execute) missing.push_back(names.second);
+    if (!one_phase) {
+      k.execute = reinterpret_cast<flagos_native_execute_fn>(find_symbol(*lib, names.second));
+      if (!k.execute) missing.push_back(names.second);
+    }
     binding->kernels[size_t(code)] = k;
+  }
+  binding->one_phase = one_phase;
+  for (const auto& name : helpers) {
+    void* p = find_symbol(*lib, name);
+    if (!p) missing.push_back(name);
+    binding->helpers.push_back(p);
   }
   if (!missing.empty()) return missing;
   std::unique_lock<std::shared_mutex> lock(table().mu);
-  for (const auto& op : ops) table().by_name[op] = binding;
-  table().forms.clear();
+  for (const auto& op : ops) {
+    auto& list = table().by_name[op];
+    for (auto& b : list) {  // a library bound again for this op replaces its binding
+      if (b->library == lib) table().retired.push_back(b);
+    }
+    list.erase(std::remove_if(list.begin(), list.end(),
+                              [&](const auto& b) { return b->library == lib; }),
+               list.end());
+    list.push_back(binding);
+  }
+  retire_forms_locked();
   __atomic_add_fetch(&table().generation, 1, __ATOMIC_ACQ_REL);
   return {};
 }
 
 void clear() {
   std::unique_lock<std::shared_mutex> lock(table().mu);
-  for (auto& kv : table().by_name) table().retired.push_back(kv.second);
+  for (auto& kv : table().by_name) {
+    for (auto& b : kv.second) table().retired.push_back(b);
+  }
   table().by_name.clear();
-  // Forms may be in use by a call on another thread: keep them.
-  static auto* old_forms = new std::vector<std::unique_ptr<Form>>();
-  for (auto& kv : table().forms) if (kv.second) old_forms->push_back(std::move(kv.second));
-  table().forms.clear();
+  retire_forms_locked();
   __atomic_add_fetch(&table().generation, 1, __ATOMIC_ACQ_REL);
 }
 
@@ -203,12 +242,14 @@ PYBIND11_MODULE(_engine, m) {
   using namespace flagos_native;
   m.doc() = "The native provider's C++ engine (see flagos_ops_native).";
   m.def("open_library", &open, py::arg("path"), py::arg("version_symbol"), py::arg("min_version"),
-        py::arg("max_version"), py::arg("error_symbol") = "");
+        py::arg("max_version"), py::arg("error_symbol") = "", py::arg("version_style") = "uint32");
   m.def("library_version", [](int library) {
     std::shared_lock<std::shared_mutex> lock(table().mu);
     return table().libraries.at(size_t(library))->version;
   });
-  m.def("bind", &bind);
+  m.def("bind", &bind, py::arg("library"), py::arg("convention"), py::arg("symbols"),
+        py::arg("ops"), py::arg("helpers") = std::vector<std::string>(),
+        py::arg("one_phase") = false);
   m.def("clear", &clear);
   m.def("bound_ops", &bound_ops);
   m.def("engine_capsule", [] {

@@ -18,7 +18,8 @@ std::string Library::error_text() const {
 
 std::shared_ptr<Library> open_library(const std::string& path, const std::string& version_symbol,
                                       uint32_t min_version, uint32_t max_version_exclusive,
-                                      const std::string& error_symbol) {
+                                      const std::string& error_symbol,
+                                      const std::string& version_style) {
   dlerror();
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
@@ -28,12 +29,22 @@ std::shared_ptr<Library> open_library(const std::string& path, const std::string
   auto lib = std::make_shared<Library>();
   lib->path = path;
   lib->handle = handle;
-  auto version = reinterpret_cast<flagos_native_version_fn>(dlsym(handle, version_symbol.c_str()));
+  void* version = dlsym(handle, version_symbol.c_str());
   if (!version) {
     throw std::runtime_error("'" + path + "' does not export the version symbol '" +
                              version_symbol + "'");
   }
-  lib->version = version();
+  if (version_style == "library_property") {
+    using Property = int (*)(int type, int* value);
+    int major = 0, minor = 0;
+    auto get = reinterpret_cast<Property>(version);
+    if (get(0, &major) != 0 || get(1, &minor) != 0) {
+      throw std::runtime_error("'" + path + "': " + version_symbol + " failed");
+    }
+    lib->version = uint32_t(major) << 16 | uint32_t(minor);
+  } else {
+    lib->version = reinterpret_cast<flagos_native_version_fn>(version)();
+  }
   if (lib->version < min_version || lib->version >= max_version_exclusive) {
     throw std::runtime_error("'" + path + "' reports ABI version " + version_text(lib->version) +
                              " (" + version_symbol + "); the manifest accepts >=" +

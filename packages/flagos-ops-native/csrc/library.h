@@ -21,10 +21,13 @@ struct Library {
 };
 
 // Opens `path` (RTLD_LOCAL), calls `version_symbol` and checks min <= version < max_excl.
+// `version_style`: "uint32" (uint32_t f(void), major << 16 | minor) or "library_property"
+// (int f(int type, int* value), type 0 major and 1 minor, as NVIDIA's libraries have it).
 // Throws std::runtime_error naming the library and what is wrong.
 std::shared_ptr<Library> open_library(const std::string& path, const std::string& version_symbol,
                                       uint32_t min_version, uint32_t max_version_exclusive,
-                                      const std::string& error_symbol);
+                                      const std::string& error_symbol,
+                                      const std::string& version_style = "uint32");
 
 // The address of `name` in the library, or nullptr.
 void* find_symbol(const Library& lib, const std::string& name);

@@ -1,13 +1,13 @@
 """The native provider exists for HALs with opaque memory: these tests run the sim HAL
-with FLAGOS_NO_HOST_ALIAS=1 (set here, before torch loads flagos), so that nothing reaches
+with FLAGOS_NO_HOST_ALIAS=1 (set here, before torch loads flagos, as is FLAGOS_HAL=sim), so that nothing reaches
 device memory from the host and boxing (which needs a twin) is out of every chain."""
 
 from __future__ import annotations
 
 import os
 
-os.environ.setdefault("FLAGOS_NO_HOST_ALIAS", "1")
-os.environ.setdefault("FLAGOS_HAL", "sim")
+os.environ["FLAGOS_NO_HOST_ALIAS"] = "1"
+os.environ["FLAGOS_HAL"] = "sim"  # simk's HAL, also in a run for another HAL (tests(hw='cuda'))
 
 import flagos
 import pytest

@@ -9,6 +9,7 @@ import pytest
 import torch
 from flagos.__main__ import collect, format_info
 from flagos_ops_native import NativeProvider, manifest_dir
+from flagos_ops_native.conventions import CONVENTIONS
 from flagos_ops_native.loader import bind_manifest
 
 LIB = (manifest_dir().parent / "lib" / "libsimk.so").resolve()
@@ -88,8 +89,7 @@ def test_bad_manifest_line(tmp_path, only):
     status = only(p)
     assert status.error == (f"manifest error: {p}:11: unknown convention 'unray' for "
                             "'aten::exp'; did you mean 'unary'? Known conventions: "
-                            + ", ".join(sorted(__import__(
-                                "flagos_ops_native.conventions").conventions.CONVENTIONS)))
+                            + ", ".join(sorted(CONVENTIONS)))
     assert f"manifest error: {p}:11" in str(flagos.routing.explain("aten::exp.out"))
     assert f"manifest error: {p}:11" in format_info(collect())
     _falls_through("aten::exp.out", torch.exp, torch.randn(8))

@@ -85,3 +85,13 @@ def test_header_check_names_every_symbol():
             "flagos_native_matmul_fn>::value") in text
     assert "decltype(&::simkGetAbiVersion), flagos_native_version_fn>" in text
     assert "simk.toml:" in text and "varargs" not in text and "..." not in text
+
+
+def test_cublas_manifest_is_valid():
+    """The NVIDIA manifest parses against this torch (its library loads only on a GPU
+    machine: tools/gpu_check.sh native)."""
+    m = parse(manifest_dir() / "cublas.toml")
+    assert m.library.hals == frozenset({"cuda"}) and m.library.version_style == "library_property"
+    mm = next(e for e in m.ops if e.op == "aten::mm")
+    assert mm.convention == "cublas_gemm" and "aten::mm.out" in mm.overloads
+    assert mm.symbols["bfloat16"] == ("cublasGemmStridedBatchedEx", "")

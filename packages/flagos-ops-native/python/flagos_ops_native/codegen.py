@@ -43,9 +43,12 @@ def header_check(manifest: Manifest) -> str:
     done: set[str] = set()
     for entry in manifest.ops:
         plan_type = CONVENTIONS[entry.convention].plan_type
+        if not plan_type:
+            raise ValueError(f"{name}:{entry.line}: the {entry.convention!r} convention is a "
+                             "vendor API's own; it has no flagos_native type to check against")
         for plan, execute in entry.symbols.values():
             for symbol, c_type in ((plan, plan_type), (execute, "flagos_native_execute_fn")):
-                if symbol not in done:
+                if symbol and symbol not in done:
                     done.add(symbol)
                     lines.append(_assert(symbol, c_type, f"{name}:{entry.line} ({entry.op})",
                                          lib.header))

@@ -14,12 +14,15 @@ __all__ = ["CONVENTIONS", "DTYPES", "Convention"]
 @dataclass(frozen=True)
 class Convention:
     """``args``: the schema's argument types (``str(arg.type)`` in torch), out= arguments
-    left out; an entry with ``|`` accepts either. ``plan_type``: the plan function's C type."""
+    left out; an entry with ``|`` accepts either. ``plan_type``: the plan function's C type
+    in ``flagos_native/kernel_abi.h`` ("" for a vendor API's own, unchecked at build)."""
 
     name: str
     plan_type: str
     args: tuple[tuple[str, ...], ...]
     what: str
+    phases: int = 2                 # 1: the symbol is the whole call (no execute symbol)
+    helpers: tuple[str, ...] = ()   # library-level symbols the convention also calls
 
     def accepts(self, types: list[str]) -> bool:
         """Whether a schema with these argument types fits, in one of the shapes."""
@@ -55,6 +58,10 @@ CONVENTIONS: dict[str, Convention] = {c.name: c for c in (
                "index_select (the forward of embedding)"),
     Convention("embedding_backward", "flagos_native_embedding_backward_fn",
                ((_T, _T, "int", "int", "bool"),), "embedding_dense_backward"),
+    # cuBLAS's own API: the symbol is cublasGemmStridedBatchedEx (one call on a handle).
+    Convention("cublas_gemm", "", ((_T, _T), (_T, _T, _T, _N, _N)),
+               "mm, bmm, addmm through cublasGemmStridedBatchedEx", phases=1,
+               helpers=("cublasCreate_v2", "cublasSetStream_v2")),
 )}
 
 # Manifest dtype names -> (the engine's dtype code, the {dtype} spelling in symbol patterns).

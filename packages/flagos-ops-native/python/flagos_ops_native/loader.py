@@ -13,7 +13,7 @@ from pathlib import Path
 
 from flagos.routing import RoutingConfigError
 
-from .conventions import DTYPES
+from .conventions import CONVENTIONS, DTYPES
 from .manifest import Manifest, parse
 
 __all__ = ["ENTRY_POINT_GROUP", "LibraryStatus", "bind_manifest", "find_manifests",
@@ -88,7 +88,7 @@ def bind_manifest(path: str) -> LibraryStatus:
     try:
         status.path = library_path(manifest)
         handle = _engine.open_library(status.path, lib.version_symbol, lib.min_version,
-                                      lib.max_version, lib.error_symbol)
+                                      lib.max_version, lib.error_symbol, lib.version_style)
     except Exception as e:  # noqa: BLE001 - a missing or wrong library leaves its ops unserved
         status.error = f"library {lib.name!r}: {e}"
         status.unserved = {o: status.error for o in every}
@@ -97,7 +97,9 @@ def bind_manifest(path: str) -> LibraryStatus:
     status.version = f"{v >> 16}.{v & 0xFFFF}"
     for entry in manifest.ops:
         symbols = {DTYPES[d][0]: pair for d, pair in entry.symbols.items()}
-        missing = _engine.bind(handle, entry.convention, symbols, list(entry.overloads))
+        conv = CONVENTIONS[entry.convention]
+        missing = _engine.bind(handle, entry.convention, symbols, list(entry.overloads),
+                               list(conv.helpers), conv.phases == 1)
         if missing:
             reason = (f"{lib.name} lacks symbol(s) {', '.join(missing)} "
                       f"({Path(manifest.file).name}:{entry.line})")

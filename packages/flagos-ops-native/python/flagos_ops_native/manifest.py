@@ -44,7 +44,8 @@ else:
 __all__ = ["Library", "Manifest", "OpEntry", "parse"]
 
 _LIBRARY_KEYS = ("dtypes", "error_symbol", "hals", "header", "locate", "name", "path",
-                 "plan_suffix", "soname", "version_symbol", "versions")
+                 "plan_suffix", "soname", "version_style", "version_symbol", "versions")
+_VERSION_STYLES = ("library_property", "uint32")
 _OP_KEYS = ("convention", "dtypes", "forms", "symbol")
 _FORMS = ("functional", "inplace", "out")
 
@@ -64,6 +65,7 @@ class Library:
     error_symbol: str
     hals: frozenset[str]
     plan_suffix: str
+    version_style: str = "uint32"
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,7 @@ class OpEntry:
 
     ``overloads``: the op overloads this line serves (the functional one, and its in-place
     and out= forms where torch has them and ``forms`` allows). ``symbols``: per dtype name,
-    the (plan, execute) symbol names."""
+    the (plan, execute) symbol names (execute "" for a one-phase convention)."""
 
     op: str
     line: int
@@ -194,6 +196,9 @@ def _library(doc: dict, file: Path, where: _Where) -> tuple[Library, tuple[str, 
         raise where.error((*p, "hals") if "hals" in lib else p,
                           f"[library] 'hals' must be a list of HAL names, got {hals!r}", "hals")
     lo, hi = _versions(lib.get("versions"), where)
+    style = lib.get("version_style", "uint32")
+    if style not in _VERSION_STYLES:
+        raise where.unknown((*p, "version_style"), "version style", str(style), _VERSION_STYLES)
     library = Library(
         name=_str(lib, "name", p, where),
         path=str((file.parent / path).resolve()) if path else None,
@@ -202,7 +207,8 @@ def _library(doc: dict, file: Path, where: _Where) -> tuple[Library, tuple[str, 
         version_symbol=_str(lib, "version_symbol", p, where),
         min_version=lo, max_version=hi,
         error_symbol=_str(lib, "error_symbol", p, where, False) or "",
-        hals=frozenset(hals), plan_suffix=lib.get("plan_suffix", "GetWorkspaceSize"))
+        hals=frozenset(hals), plan_suffix=lib.get("plan_suffix", "GetWorkspaceSize"),
+        version_style=style)
     dtypes = _dtypes(lib["dtypes"], (*p, "dtypes"), where) if "dtypes" in lib else ("float32",)
     return library, dtypes
 
@@ -241,7 +247,7 @@ def _op_entry(op: object, value: object, library: Library, default_dtypes: tuple
     symbols = {}
     for d in dtypes:
         name = symbol.replace("{dtype}", DTYPES[d][1])
-        symbols[d] = (name + library.plan_suffix, name)
+        symbols[d] = (name + library.plan_suffix, name) if conv.phases == 2 else (name, "")
     return OpEntry(op=functional, line=where.line(path), convention=conv_name,
                    overloads=_forms_of(op, tuple(forms), index), symbols=symbols)
 
