@@ -3,10 +3,12 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <ATen/ExpandUtils.h>
 #include <ATen/ops/empty.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <optional>
+#include <vector>
 
 #include "binding.h"
 
@@ -172,6 +174,52 @@ class Call {
   c10::DeviceIndex device_;
   size_t base_;
 };
+
+// The checked arguments of mm(self, mat2), bmm(self, mat2) and addmm(self, mat1, mat2, *,
+// beta, alpha), with the output: what every matmul-family convention starts from. nullopt
+// to decline (no flagos operands of one dtype, shapes that do not multiply, aliasing).
+struct MatmulCall {
+  bool addmm;
+  at::Tensor bias, a, b, out;
+  const Kernel* kernel;
+  double beta, alpha;
+  std::vector<int64_t> shape;
+};
+inline std::optional<MatmulCall> matmul_call(Call& c) {
+  MatmulCall m;
+  m.addmm = c.form().n_inputs >= 5;
+  if (m.addmm) m.bias = c.tensor(0);
+  m.a = c.tensor(m.addmm ? 1 : 0);
+  m.b = c.tensor(m.addmm ? 2 : 1);
+  const at::Tensor &a = m.a, &b = m.b;
+  if (!on_device(a, c.device()) || !on_device(b, c.device())) return std::nullopt;
+  if (m.addmm && !on_device(m.bias, c.device())) return std::nullopt;
+  if (a.dim() != b.dim() || (a.dim() != 2 && a.dim() != 3)) return std::nullopt;
+  if (b.scalar_type() != a.scalar_type() ||
+      (m.addmm && m.bias.scalar_type() != a.scalar_type()))
+    return std::nullopt;
+  int r = int(a.dim()) - 2;
+  if (a.size(r + 1) != b.size(r) || (a.dim() == 3 && a.size(0) != b.size(0))) return std::nullopt;
+  m.kernel = c.kernel(a.scalar_type());
+  if (!m.kernel) return std::nullopt;
+  m.beta = m.alpha = 1.0;
+  if (m.addmm) {
+    auto sb = scalar_of(c.arg(3)), sa = scalar_of(c.arg(4));
+    if (!sb || !sa) return std::nullopt;
+    m.beta = *sb;
+    m.alpha = *sa;
+  }
+  m.shape.assign(a.sizes().begin(), a.sizes().end());
+  m.shape.back() = b.size(r + 1);
+  if (m.addmm && !at::is_expandable_to(m.bias.sizes(), m.shape)) return std::nullopt;
+  m.out = c.output(0, m.shape, a.options());
+  // out may be the bias itself (addmm_): each element of it is read just before it is
+  // written.
+  if (!m.out.defined() || !safe_to_write(m.out, a, false) || !safe_to_write(m.out, b, false) ||
+      !safe_to_write(m.out, m.bias, true))
+    return std::nullopt;
+  return m;
+}
 
 // cublas_gemm.cpp: mm, bmm, addmm through cuBLAS (Convention::CUBLAS_GEMM).
 bool run_cublas_gemm(Call& c);

@@ -148,43 +148,18 @@ bool run_reduction(Call& c) {
 
 // mm(self, mat2), bmm(self, mat2), addmm(self, mat1, mat2, *, beta, alpha).
 bool run_matmul(Call& c) {
-  bool addmm = c.form().n_inputs >= 5;
-  at::Tensor bias = addmm ? c.tensor(0) : at::Tensor();
-  at::Tensor a = c.tensor(addmm ? 1 : 0), b = c.tensor(addmm ? 2 : 1);
-  if (!on_device(a, c.device()) || !on_device(b, c.device())) return false;
-  if (addmm && !on_device(bias, c.device())) return false;
-  if (a.dim() != b.dim() || (a.dim() != 2 && a.dim() != 3)) return false;
-  if (b.scalar_type() != a.scalar_type() || (addmm && bias.scalar_type() != a.scalar_type()))
-    return false;
-  int r = int(a.dim()) - 2;
-  if (a.size(r + 1) != b.size(r) || (a.dim() == 3 && a.size(0) != b.size(0))) return false;
-  const Kernel* k = c.kernel(a.scalar_type());
-  if (!k) return false;
-  double beta = 1.0, alpha = 1.0;
-  if (addmm) {
-    auto sb = scalar_of(c.arg(3)), sa = scalar_of(c.arg(4));
-    if (!sb || !sa) return false;
-    beta = *sb;
-    alpha = *sa;
-  }
-  std::vector<int64_t> shape(a.sizes().begin(), a.sizes().end());
-  shape.back() = b.size(r + 1);
-  if (addmm && !at::is_expandable_to(bias.sizes(), shape)) return false;
-  at::Tensor out = c.output(0, shape, a.options());
-  // out may be the bias itself (addmm_): each element of it is read just before it is
-  // written.
-  if (!out.defined() || !safe_to_write(out, a, false) || !safe_to_write(out, b, false) ||
-      !safe_to_write(out, bias, true))
-    return false;
+  auto m = matmul_call(c);
+  if (!m) return false;
   Desc da, db, dc, o;
-  if (!describe(a, &da) || !describe(b, &db) || !describe(out, &o)) return false;
-  if (addmm && !describe(bias, &dc, shape, true)) return false;
-  if (!c.launch(*k, [&](uint64_t* ws, flagos_native_executor_t** ex) {
-        return typed<flagos_native_matmul_fn>(*k)(addmm ? &dc : nullptr, &da, &db, beta, alpha,
-                                                  &o, ws, ex);
+  if (!describe(m->a, &da) || !describe(m->b, &db) || !describe(m->out, &o)) return false;
+  if (m->addmm && !describe(m->bias, &dc, m->shape, true)) return false;
+  const Kernel& k = *m->kernel;
+  if (!c.launch(k, [&](uint64_t* ws, flagos_native_executor_t** ex) {
+        return typed<flagos_native_matmul_fn>(k)(m->addmm ? &dc : nullptr, &da, &db, m->beta,
+                                                 m->alpha, &o, ws, ex);
       }))
     return false;
-  c.finish({out});
+  c.finish({m->out});
   return true;
 }
 

@@ -68,26 +68,16 @@ cublasHandle_t handle_for(const Binding& b, c10::DeviceIndex device) {
 }  // namespace
 
 bool run_cublas_gemm(Call& c) {
-  bool addmm = c.form().n_inputs >= 5;
-  at::Tensor bias = addmm ? c.tensor(0) : at::Tensor();
-  at::Tensor a = c.tensor(addmm ? 1 : 0), b = c.tensor(addmm ? 2 : 1);
-  if (!on_device(a, c.device()) || !on_device(b, c.device())) return false;
-  if (addmm && !on_device(bias, c.device())) return false;
-  if (a.dim() != b.dim() || (a.dim() != 2 && a.dim() != 3)) return false;
-  if (b.scalar_type() != a.scalar_type() || (addmm && bias.scalar_type() != a.scalar_type()))
-    return false;
-  int r = int(a.dim()) - 2;
-  if (a.size(r + 1) != b.size(r) || (a.dim() == 3 && a.size(0) != b.size(0))) return false;
-  const Kernel* k = c.kernel(a.scalar_type());
+  auto mc = matmul_call(c);
+  if (!mc) return false;
+  const at::Tensor &a = mc->a, &b = mc->b, &bias = mc->bias, &out = mc->out;
+  const std::vector<int64_t>& shape = mc->shape;
+  bool addmm = mc->addmm;
+  const Kernel* k = mc->kernel;
   int dtype = cuda_dtype(a.scalar_type());
-  if (!k || dtype < 0) return false;
-  float alpha = 1.0f, beta = 0.0f;
-  if (addmm) {
-    auto sb = scalar_of(c.arg(3)), sa = scalar_of(c.arg(4));
-    if (!sb || !sa) return false;
-    beta = float(*sb);
-    alpha = float(*sa);
-  }
+  if (dtype < 0) return false;
+  float alpha = float(mc->alpha), beta = addmm ? float(mc->beta) : 0.0f;
+  int r = int(a.dim()) - 2;
   int64_t m = a.size(r), kk = a.size(r + 1), n = b.size(r + 1);
   int64_t batches = a.dim() == 3 ? a.size(0) : 1;
   auto oa = operand(a), ob = operand(b);
@@ -95,22 +85,17 @@ bool run_cublas_gemm(Call& c) {
   int64_t lim = int64_t(1) << 31;
   if (m >= lim || n >= lim || kk >= lim || batches >= lim || oa->ld >= lim || ob->ld >= lim)
     return false;
-  std::vector<int64_t> shape(a.sizes().begin(), a.sizes().end());
-  shape.back() = n;
-  if (addmm && !at::is_expandable_to(bias.sizes(), shape)) return false;
-  at::Tensor out = c.output(0, shape, a.options());
-  if (!out.defined() || !safe_to_write(out, a, false) || !safe_to_write(out, b, false) ||
-      !safe_to_write(out, bias, true))
-    return false;
   if (out.numel() == 0) {
     c.finish({out});
     return true;
   }
   // addmm: out starts as the broadcast bias (stream-ordered device copy), then beta * out.
-  if (addmm && beta != 0.0f && !out.is_same(bias)) out.copy_(bias.expand(shape));
+  if (addmm && beta != 0.0f && !out.is_same(bias)) {
+    at::Tensor(out).copy_(bias.expand(shape));
+  }
   if (kk == 0) {  // an empty product: beta * bias (or zeros)
-    if (addmm && beta != 0.0f) out.mul_(beta);
-    else out.zero_();
+    if (addmm && beta != 0.0f) at::Tensor(out).mul_(beta);
+    else at::Tensor(out).zero_();
     c.finish({out});
     return true;
   }
@@ -119,7 +104,7 @@ bool run_cublas_gemm(Call& c) {
   int st = reinterpret_cast<SetStream>(bind.helpers.at(1))(h, native_stream(c.device()));
   TORCH_CHECK(st == 0, "flagos native: cublasSetStream failed (status ", st, ")");
   long long stride_a = a.dim() == 3 ? a.stride(0) : 0, stride_b = b.dim() == 3 ? b.stride(0) : 0;
-  float used_beta = addmm ? beta : 0.0f;
+  float used_beta = beta;
   st = reinterpret_cast<GemmStridedBatchedEx>(k->plan)(
       h, ob->op, oa->op, int(n), int(m), int(kk), &alpha, b.const_data_ptr(), dtype, int(ob->ld),
       stride_b, a.const_data_ptr(), dtype, int(oa->ld), stride_a, &used_beta,
