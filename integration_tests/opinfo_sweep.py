@@ -622,11 +622,13 @@ def run_op(op, route: str, dtype, max_samples: int) -> dict:
             return {**out, "status": "skip", "reason": f"samples: {type(e).__name__}: {e}"[:300]}
         res.fail("harness", e)
     served = Counter()
-    for per_op in (flagos.routing.stats() if flagos else {}).values():
+    by_op = {}  # aten op -> provider -> calls: which provider really ran each routed op
+    for name, per_op in (flagos.routing.stats() if flagos else {}).items():
         for prov, c in per_op.items():
             served[prov] += c["calls"]
+        by_op[name] = {prov: c["calls"] for prov, c in per_op.items() if c["calls"]}
     out.update(samples=res.ran, checks=dict(res.checks), seconds=time.perf_counter() - t0,
-               providers=dict(served))
+               providers=dict(served), by_op=by_op)
     if res.ran == 0 and res.unsupported:
         return {**out, "status": "skip",
                 "reason": "sparse/quantized layout (refused with a clear error)"}

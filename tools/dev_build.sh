@@ -16,7 +16,7 @@ TORCH_DIR=$($PY -c "import torch,os;print(os.path.dirname(torch.__file__))")
 PYINC=$($PY -c "import sysconfig;print(sysconfig.get_paths()['include'])")
 ABI=$($PY -c "import torch;print(int(torch._C._GLIBCXX_USE_CXX11_ABI))")
 SUFFIX=$($PY -c "import sysconfig;print(sysconfig.get_config_var('EXT_SUFFIX'))")
-FLAGS=(-std=c++17 -O2 -g0 -fPIC -Wall -Wno-unused-parameter -Wno-sign-compare -I"$CORE/csrc"
+FLAGS=(-std=c++17 -O2 -g0 -fPIC -Wall -Wno-unused-parameter -Wno-sign-compare -I"$CORE/csrc" -I"$CORE/python/flagos/include"
        -I"$ROOT/packages/flagos-hal/include" -I"$TORCH_DIR/include"
        -I"$TORCH_DIR/include/torch/csrc/api/include" -I"$PYINC"
        -DTORCH_EXTENSION_NAME=_C -DTORCH_API_INCLUDE_EXTENSION_H -D_GLIBCXX_USE_CXX11_ABI=$ABI)

@@ -3,7 +3,7 @@
 # $OUT (the device tool's output folder). Wheels the machine lacks are carried in .whl/
 # (tools/fetch_gpu_wheels.sh fetches them; name .whl in the run's carry).
 # Usage: tools/gpu_check.sh STEP...   steps: build conformance demo bench model sweep tests
-#        nox compile dist profile gems gems-tests gems-bench gems-model gems-sweep zoo
+#        nox compile dist profile gems gems-tests gems-bench gems-model gems-sweep zoo native
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:-/tmp/flagos-out}; mkdir -p "$OUT"
@@ -22,6 +22,18 @@ for s in "$@"; do
         CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip install --no-build-isolation --no-deps "./packages/$p" \
           > "$OUT/build-$p.log" 2>&1 && echo "built $p" || { echo "BUILD FAILED $p"; tail -30 "$OUT/build-$p.log"; }
       done ;;
+    native) step native  # after build: flagos-ops-native against this torch; sim tests, cuda routes
+      CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip install --no-build-isolation --no-deps ./packages/flagos-ops-native \
+        > "$OUT/build-flagos-ops-native.log" 2>&1 && echo "built flagos-ops-native" \
+        || { echo "BUILD FAILED flagos-ops-native"; tail -30 "$OUT/build-flagos-ops-native.log"; }
+      FLAGOS_HAL=cuda timeout 120 python3 -c "import torch, flagos; print(flagos.routing.explain('aten::mm.out'))" \
+        2>&1 | tee "$OUT/native-cuda-routes.log" | tail -12
+      FLAGOS_HAL=sim FLAGOS_NO_HOST_ALIAS=1 timeout 400 python3 -m pytest -q -p no:cacheprovider \
+        packages/flagos-ops-native/tests 2>&1 | tee "$OUT/native-tests.log" | tail -5
+      FLAGOS_HAL=sim timeout 300 python3 packages/flagos-ops-native/benchmarks/native_overhead.py \
+        2>&1 | tee "$OUT/native-bench.log" | tail -14
+      FLAGOS_HAL=cuda timeout 300 python3 packages/flagos-ops-native/benchmarks/cublas_vs_boxing.py \
+        2>&1 | tee "$OUT/native-cublas.log" | tail -24 ;;
     conformance) step conformance; python3 -m flagos_hal.conformance --hal cuda 2>&1 | tee "$OUT/conformance.log" | tail -8 ;;
     demo) step demo; FLAGOS_HAL=cuda timeout 300 python3 -m flagos.demo 2>&1 | tee "$OUT/demo.log" | tail -30 ;;
     bench) step bench; FLAGOS_HAL=cuda timeout 400 python3 -m flagos.bench 2>&1 | tee "$OUT/bench.log" ;;

@@ -183,8 +183,11 @@ PYBIND11_MODULE(_C, m) {
     else if (kind == "twin") k = flagos::EngineKind::TWIN;
     else if (kind == "python") k = flagos::EngineKind::PYTHON;
     else if (kind == "foreign") k = flagos::EngineKind::FOREIGN;
-    else throw std::invalid_argument("flagos: unknown provider engine '" + kind +
-                                     "' (expected cpu, twin, python or foreign)");
+    else if (kind == "external") {
+      flagos::register_external_provider_capsule(name, fn.ptr());
+      return;
+    } else throw std::invalid_argument("flagos: unknown provider engine '" + kind +
+                                       "' (expected cpu, twin, python, foreign or external)");
     TORCH_CHECK((k != flagos::EngineKind::PYTHON && k != flagos::EngineKind::FOREIGN) ||
                     !fn.is_none(),
                 "flagos: a ", kind, " provider needs a callable");

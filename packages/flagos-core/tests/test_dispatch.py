@@ -409,7 +409,8 @@ def test_copying_path_writes_back_mutated_arguments():
         torch.testing.assert_close(out.cpu(), torch.sin(ac * 3))
         print("ok", flagos.routing.resolve("aten::sin.out", 0))
     """)
-    env = dict(os.environ, FLAGOS_NO_HOST_ALIAS="1")
+    # The copying cpu provider itself: a vendor kernel library (native) would serve first.
+    env = dict(os.environ, FLAGOS_NO_HOST_ALIAS="1", FLAGOS_ROUTES="default=cpu")
     env["PYTHONPATH"] = os.pathsep.join(
         [str(Path(flagos.__file__).resolve().parent.parent), env.get("PYTHONPATH", "")])
     p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,

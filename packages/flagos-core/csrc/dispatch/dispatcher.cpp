@@ -29,6 +29,7 @@ struct Provider {
   std::string name;
   EngineKind kind;
   PyObjectRef callable;  // PYTHON only
+  ExternalEngine external;  // EXTERNAL only
 };
 
 using Counters = RouteCounters;
@@ -168,6 +169,8 @@ bool run_provider(const Provider& p, const c10::OperatorHandle& op, torch::jit::
       return call_python_provider(p.callable, op, stack);
     case EngineKind::FOREIGN:
       return run_foreign(p.callable, op, stack, device);
+    case EngineKind::EXTERNAL:
+      return p.external.run(p.external.ctx, op, stack, device);
   }
   return false;
 }
@@ -246,6 +249,19 @@ void register_provider(const std::string& name, EngineKind kind, void* py_callab
   p->name = name;
   p->kind = kind;
   if (py_callable) p->callable = PyObjectRef(py_callable);
+  {
+    std::unique_lock<std::shared_mutex> lock(g_providers_mutex);
+    g_providers[name] = std::move(p);
+  }
+  bump_routing_version();
+}
+
+void register_external_provider(const std::string& name, ExternalEngine engine) {
+  TORCH_CHECK(engine.run, "flagos: external provider '", name, "' has no engine");
+  auto p = std::make_shared<Provider>();
+  p->name = name;
+  p->kind = EngineKind::EXTERNAL;
+  p->external = engine;
   {
     std::unique_lock<std::shared_mutex> lock(g_providers_mutex);
     g_providers[name] = std::move(p);

@@ -15,8 +15,21 @@ namespace flagos {
 
 // How a provider runs an op. CPU: the CPU-fallback engine; TWIN: zero-copy aliases on the
 // HAL's native twin device; PYTHON: a Python callable (called with the GIL); FOREIGN: a
-// foreign library's Python kernels run on twin aliases (dispatch/foreign_kernels.h).
-enum class EngineKind { CPU, TWIN, PYTHON, FOREIGN };
+// foreign library's Python kernels run on twin aliases (dispatch/foreign_kernels.h);
+// EXTERNAL: a C++ engine of another shared library (include/flagos/provider_engine.h),
+// without the GIL.
+enum class EngineKind { CPU, TWIN, PYTHON, FOREIGN, EXTERNAL };
+
+// An EXTERNAL provider's engine: run(ctx, op, stack, device) -> ran (true) or declined.
+struct ExternalEngine {
+  bool (*run)(void* ctx, const c10::OperatorHandle& op, torch::jit::Stack* stack,
+              c10::DeviceIndex device) = nullptr;
+  void* ctx = nullptr;
+};
+void register_external_provider(const std::string& name, ExternalEngine engine);
+// From a PyCapsule (a borrowed PyObject*) holding a flagos_provider_engine_t; checks its
+// name and version (external_engine.cpp).
+void register_external_provider_capsule(const std::string& name, void* capsule);
 
 // Registers (or replaces) a provider by name. For PYTHON, `py_callable` is a borrowed
 // PyObject* the dispatcher keeps a reference to: fn(op_name, args, kwargs) -> result or

@@ -46,7 +46,8 @@ def collect() -> dict[str, Any]:
             unavailable = f"unavailable_on() raised {type(e).__name__}: {e}"
         providers.append({"name": name, "kind": "C++" if p.is_cpp else "Python",
                           "hals": None if p.hals is None else sorted(p.hals),
-                          "module": type(p).__module__, "unavailable": unavailable})
+                          "module": type(p).__module__, "unavailable": unavailable,
+                          "status": p.status_lines()})
     chains = {}
     for i in range(F.device_count()):
         chains[f"flagos:{i}"] = routing.resolve("aten::mm", i)
@@ -88,6 +89,7 @@ def format_info(info: dict[str, Any]) -> str:
         out.append(f"  {p['name']:<10} {p['kind']:<7} on {hals}  ({p['module']})")
         if p.get("unavailable"):
             out.append(f"      {p['unavailable']}")
+        out += [f"      {line}" for line in p.get("status", [])]
     r = info["routing"]
     out += ["", f"Routing table (version {r['version']}):"]
     for rule in r["rules"]:

@@ -100,3 +100,13 @@ def route_ops_as_themselves(ops: Iterable[str]) -> list[str]:
     as themselves are skipped; returns the ops changed now. For every provider of those ops
     the call then arrives as the functional form (the twin and the CPU fallback serve both)."""
     return list(_C._route_ops_as_themselves(list(ops)))
+
+
+def register_external_provider(name: str, engine: object) -> None:
+    """Register a C++ provider ``name`` whose engine is in another shared library:
+    ``engine`` is a PyCapsule named ``"flagos.provider_engine"`` holding a
+    ``flagos_provider_engine_t`` (header ``flagos/include/flagos/provider_engine.h`` in
+    this package). The dispatcher then calls it without the GIL; it may decline a call.
+    Describe the provider (ops, HALs) with a :class:`flagos.routing.Provider` whose
+    ``is_cpp`` is True, as for :func:`register_engine_provider`."""
+    _C._register_provider(name, "external", engine)

@@ -187,4 +187,4 @@ def test_spec_must_be_str_or_mapping() -> None:
 def test_shipped_defaults_parse() -> None:
     got = rules(load_file(routing.table.DEFAULTS_FILE, VOCAB))
     assert got[(None, "default")][0] == ("native", "boxing", "cpu")
-    assert got[("sim", "default")][0] == ("boxing", "cpu")
+    assert got[("sim", "default")][0] == ("boxing", "native", "cpu")

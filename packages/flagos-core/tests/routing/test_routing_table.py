@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -95,8 +96,10 @@ def test_not_installed_is_skipped(backend, monkeypatch: pytest.MonkeyPatch) -> N
     routing.reset()
     routing.set("aten::mm=gems,native,cpu")
     d = routing.table.decide("aten::mm", "sim")
+    expect = {name: "C++ provider not registered with the flagos core"
+              if name in routing.providers() else "not installed" for name in ("gems", "native")}
     assert [(s.provider, s.kept, s.reason) for s in d.steps] == [
-        ("gems", False, "not installed"), ("native", False, "not installed"), ("cpu", True, "")]
+        ("gems", False, expect["gems"]), ("native", False, expect["native"]), ("cpu", True, "")]
     with pytest.raises(routing.RoutingConfigError, match="unknown provider 'fast'"):
         routing.set("aten::mm=fast")  # not well-known, not installed: an error
 
@@ -227,11 +230,16 @@ def test_threads_change_routes_while_others_resolve(backend, installed) -> None:
             errors.append(e)
 
     def caller() -> None:
+        # 3000 calls, and on until a change was seen (a loaded machine may run the callers
+        # before the changers' first change), for at most 20 s.
+        deadline = time.monotonic() + 20
         try:
-            for i in range(3000):
+            i = 0
+            while i < 3000 or (len(seen) < 2 and time.monotonic() < deadline):
                 chain = tuple(backend.chain("aten::mm", i % 2))
                 seen.add(chain)
                 assert chain in valid and chain[-1] == "cpu", chain
+                i += 1
         except BaseException as e:  # noqa: BLE001 - reported below
             errors.append(e)
 

@@ -87,6 +87,16 @@ class Provider:
         resolution, before :meth:`serves_on`; the default is always ``None``."""
         return None
 
+    def unserved_reason(self, op: str, hal: str | None) -> str | None:
+        """Why ``op`` is not served (on ``hal``; None: any HAL), for ``explain``: e.g. a
+        kernel library that failed to load. The default gives no reason."""
+        return None
+
+    def status_lines(self) -> list[str]:
+        """Lines about the provider's state for ``python -m flagos info`` (e.g. the
+        libraries it loaded); the default has none."""
+        return []
+
     def __call__(
         self, op: torch._ops.OpOverload, args: tuple, kwargs: dict
     ) -> object:

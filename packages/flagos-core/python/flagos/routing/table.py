@@ -364,7 +364,10 @@ def _skip_reason(name: str, p: Provider | None, op: str, hal: str | None, cpp: f
         serves = p.serves(op) if hal is None else p.serves_on(op, hal)
     except Exception as e:  # noqa: BLE001 - a broken provider is skipped, not fatal
         return f"serves() raised {type(e).__name__}: {e}"
-    return "" if serves else f"does not serve {op}"
+    if serves:
+        return ""
+    why = p.unserved_reason(op, hal)
+    return f"does not serve {op}" + (f": {why}" if why else "")
 
 
 def decide(op: str, hal: str | None) -> Decision:

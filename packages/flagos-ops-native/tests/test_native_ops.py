@@ -1,0 +1,161 @@
+"""The sim kernel library (simk) through the native provider, on opaque memory: every
+result matches the CPU, and the call was served by native (not the fallback)."""
+
+from __future__ import annotations
+
+import flagos
+import pytest
+import torch
+import torch.nn.functional as F
+
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+TOL = {torch.float32: (1e-5, 1e-5), torch.bfloat16: (2e-2, 2e-2), torch.float16: (2e-3, 2e-3)}
+
+
+def _calls(op: str, provider: str) -> int:
+    return flagos.routing.stats().get(op, {}).get(provider, {}).get("calls", 0)
+
+
+def _check(fn, *cpu_args, dtype, served: list[str], grad: bool = False):
+    """fn on CPU tensors and on flagos copies: same results (and input gradients)."""
+    rtol, atol = TOL[dtype]
+    dev = [a.to("flagos").requires_grad_(grad and a.is_floating_point()) if
+           isinstance(a, torch.Tensor) else a for a in cpu_args]
+    ref_in = [a.clone().requires_grad_(grad and a.is_floating_point()) if
+              isinstance(a, torch.Tensor) else a for a in cpu_args]
+    flagos.routing.reset_stats()
+    out = fn(*dev)
+    ref = fn(*ref_in)
+    torch.testing.assert_close(out.cpu(), ref, rtol=rtol, atol=atol)
+    if grad:
+        g = torch.randn_like(ref)
+        out.backward(g.to("flagos"))
+        ref.backward(g)
+        for a, b in zip(dev, ref_in):
+            if isinstance(a, torch.Tensor) and a.requires_grad:
+                torch.testing.assert_close(a.grad.cpu(), b.grad, rtol=rtol * 10, atol=atol * 10)
+    for op in served:
+        assert _calls(op, "native") > 0, (op, flagos.routing.stats())
+        assert _calls(op, "cpu") == 0, (op, flagos.routing.stats())
+
+
+UNARY = ["neg", "exp", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "relu", "abs",
+         "reciprocal", "log"]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", UNARY)
+def test_unary(native_first, name, dtype):
+    x = torch.rand(5, 7, dtype=dtype) + 0.1 if name in ("sqrt", "rsqrt", "log") else \
+        torch.randn(5, 7, dtype=dtype)
+    op = f"aten::{name}" if name == "relu" else f"aten::{name}.out"
+    _check(getattr(torch, name), x, dtype=dtype, served=[op])
+    # a transposed (strided) input, and the in-place form
+    _check(lambda t: getattr(torch, name)(t.t()), x, dtype=dtype, served=[op])
+    y = x.to("flagos")
+    getattr(y, name + "_")()
+    torch.testing.assert_close(y.cpu(), getattr(torch, name)(x), rtol=TOL[dtype][0],
+                               atol=TOL[dtype][1])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_binary_broadcast_alpha_out_inplace(native_first, dtype):
+    a, b = torch.randn(4, 1, 6, dtype=dtype), torch.randn(3, 1, dtype=dtype)
+    _check(lambda x, y: torch.add(x, y, alpha=0.5), a, b, dtype=dtype, served=["aten::add.out"])
+    _check(torch.sub, a, b, dtype=dtype, served=["aten::sub.out"])
+    _check(torch.mul, a, b, dtype=dtype, served=["aten::mul.out"])
+    _check(torch.div, a, b, dtype=dtype, served=["aten::div.out"])
+    _check(torch.maximum, a, b, dtype=dtype, served=["aten::maximum.out"])
+    _check(torch.minimum, a, b, dtype=dtype, served=["aten::minimum.out"])
+    x, y = torch.randn(3, 5, dtype=dtype), torch.randn(5, dtype=dtype)
+    dx = x.to("flagos")
+    dx.add_(y.to("flagos"), alpha=2)
+    torch.testing.assert_close(dx.cpu(), x.add(y, alpha=2), rtol=TOL[dtype][0], atol=TOL[dtype][1])
+    out = torch.empty(0, dtype=dtype, device="flagos")
+    torch.mul(x.to("flagos"), y.to("flagos"), out=out)  # resized from empty
+    torch.testing.assert_close(out.cpu(), x * y, rtol=TOL[dtype][0], atol=TOL[dtype][1])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_activations_backward(native_first, dtype):
+    x = torch.randn(6, 9, dtype=dtype)
+    _check(F.silu, x, dtype=dtype, grad=True, served=["aten::silu.out", "aten::silu_backward.grad_input"])
+    _check(torch.sigmoid, x, dtype=dtype, grad=True,
+           served=["aten::sigmoid_backward.grad_input"])
+    _check(torch.tanh, x, dtype=dtype, grad=True, served=["aten::tanh_backward.grad_input"])
+    _check(torch.relu, x, dtype=dtype, grad=True, served=["aten::relu",
+                                                          "aten::threshold_backward.grad_input"])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_reductions(native_first, dtype):
+    x = torch.randn(4, 5, 6, dtype=dtype)
+    _check(lambda t: t.sum(dim=(0, 2), keepdim=True), x, dtype=dtype,
+           served=["aten::sum.IntList_out"])
+    _check(lambda t: t.mean(-1), x, dtype=dtype, served=["aten::mean.out"])
+    _check(lambda t: t.permute(2, 0, 1).sum(1), x, dtype=dtype, served=["aten::sum.IntList_out"])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_matmul_family(native_first, dtype):
+    a, b, bias = torch.randn(7, 5, dtype=dtype), torch.randn(5, 3, dtype=dtype), torch.randn(3, dtype=dtype)
+    _check(torch.mm, a, b, dtype=dtype, grad=True, served=["aten::mm.out"])
+    _check(lambda x, y: torch.mm(x.t().contiguous().t(), y.t().contiguous().t()), a, b,
+           dtype=dtype, served=["aten::mm.out"])
+    _check(lambda c, x, y: torch.addmm(c, x, y, beta=0.5, alpha=2.0), bias, a, b, dtype=dtype,
+           served=["aten::addmm.out"])
+    _check(F.linear, a, b.t(), bias, dtype=dtype, grad=True, served=["aten::addmm.out"])
+    x, y = torch.randn(2, 4, 5, dtype=dtype), torch.randn(2, 5, 3, dtype=dtype)
+    _check(torch.bmm, x, y, dtype=dtype, grad=True, served=["aten::bmm.out"])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_softmax_norm_embedding(native_first, dtype):
+    x = torch.randn(3, 4, 8, dtype=dtype)
+    _check(lambda t: torch.softmax(t, -1), x, dtype=dtype, grad=True,
+           served=["aten::_softmax.out", "aten::_softmax_backward_data.out"])
+    _check(lambda t: torch.log_softmax(t, 1), x, dtype=dtype, grad=True,
+           served=["aten::_log_softmax.out", "aten::_log_softmax_backward_data.out"])
+    w, b = torch.randn(8, dtype=dtype), torch.randn(8, dtype=dtype)
+    _check(lambda t, ww, bb: F.layer_norm(t, (8,), ww, bb), x, w, b, dtype=dtype, grad=True,
+           served=["aten::native_layer_norm", "aten::native_layer_norm_backward"])
+    weight, idx = torch.randn(10, 4, dtype=dtype), torch.tensor([[1, 3, 3], [0, 9, 1]])
+    _check(lambda ww, i: F.embedding(i, ww), weight, idx, dtype=dtype, grad=True,
+           served=["aten::index_select", "aten::embedding_dense_backward"])
+
+
+def test_unsupported_dtype_declines_to_cpu(native_first):
+    """float64 is not in simk's manifest: native declines, cpu serves, the result is right."""
+    a, b = torch.randn(4, 4, dtype=torch.float64), torch.randn(4, 4, dtype=torch.float64)
+    out = torch.mm(a.to("flagos"), b.to("flagos"))
+    torch.testing.assert_close(out.cpu(), a @ b)
+    row = flagos.routing.stats()["aten::mm.out"]
+    assert row["native"]["declined"] == 1 and row["native"]["calls"] == 0
+    assert row["cpu"]["calls"] == 1
+    # mixed dtypes decline too (type promotion is not native's)
+    x = torch.randn(3, dtype=torch.float32)
+    flagos.routing.reset_stats()
+    torch.testing.assert_close((x.to("flagos") + x.double().to("flagos")).cpu(), x + x.double())
+    assert flagos.routing.stats()["aten::add.out"]["native"]["declined"] == 1
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_python_number_operand(native_first, dtype):
+    """x * 2.5 (a 0-dim CPU operand) is served: the number moves to the device."""
+    x = torch.randn(3, 4, dtype=dtype)
+    _check(lambda t: t * 2.5, x, dtype=dtype, served=["aten::mul.out"])
+    _check(lambda t: t / 3, x, dtype=dtype, served=["aten::div.out"])
+    _check(lambda t: t - torch.tensor(1.5, dtype=torch.float64), x, dtype=dtype,
+           served=["aten::sub.out"])
+
+
+def test_kernels_run_on_the_stream(native_first):
+    """simk queues its kernels on the current flagos stream: a side stream's work is
+    ordered on it, and results are right after synchronizing."""
+    s = torch.flagos.Stream()
+    a = torch.randn(64, 64, device="flagos")
+    with torch.flagos.stream(s):
+        s.wait_stream(torch.flagos.current_stream())
+        c = a @ a
+    s.synchronize()
+    torch.testing.assert_close(c.cpu(), a.cpu() @ a.cpu(), rtol=1e-4, atol=1e-4)
