@@ -42,11 +42,14 @@ def test_a_failed_extension_import_names_the_mismatch(monkeypatch) -> None:
 def test_tested_releases_have_compat_results(release: str) -> None:
     """Every release claimed as tested has a passing compat run on record (docs/compat/)."""
     import json
+    import os
     import pathlib
 
     results = pathlib.Path(__file__).resolve().parents[3] / "docs" / "compat"
     if not results.is_dir():
         pytest.skip("not a source checkout")
+    if os.environ.get("FLAGOS_COMPAT_RUN"):
+        pytest.skip("inside a compat run, which is making these results")
     path = results / f"torch-{release}.json"
     assert path.is_file(), (
         f"no compat results for torch {release}: run nox -s \"compat(torch='{release}')\"")
