@@ -12,7 +12,7 @@ import re
 
 __all__ = ["TESTED_RELEASES", "built_with", "release_of", "support_warnings"]
 
-TESTED_RELEASES: tuple[str, ...] = ("2.10", "2.11", "2.12", "2.13", "2.14")
+TESTED_RELEASES: tuple[str, ...] = ("2.11", "2.12", "2.13", "2.14")
 """torch minor releases whose build and sim test suite pass (docs/compat.md)."""
 
 
