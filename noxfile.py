@@ -21,7 +21,13 @@ nox.options.reuse_existing_virtualenvs = False
 
 # The CPU machines take this build from local disk; newer ranges pull a CUDA build.
 TORCH_CPU = "torch==2.13.0"
-BUILD_TOOLS = ["scikit-build-core>=0.10", "ninja", "pytest", "numpy", "expecttest"]
+# The release of each torch minor that the compat session tests (its latest patch).
+TORCH_RELEASES = {"2.9": "2.9.1", "2.10": "2.10.0", "2.11": "2.11.0", "2.12": "2.12.1",
+                  "2.13": "2.13.0", "2.14": "2.14.1"}
+# setuptools builds the pure-Python packages (no build isolation: it must be installed;
+# 70.1 has bdist_wheel built in, older ones need the wheel package).
+BUILD_TOOLS = ["scikit-build-core>=0.10", "setuptools>=70.1", "ninja", "pytest", "numpy",
+               "expecttest"]
 # Triton for the gems provider's tests on sim (its interpreter, on CPU tensors), and
 # FlagGems with the one dependency it imports that a CUDA machine may lack.
 TRITON_CPU = "triton==3.6.0"
@@ -30,6 +36,9 @@ FLAG_GEMS_CUDA = ["flag-gems>=5.0.2,<5.1", "sqlalchemy>=2.0"]
 # library depends on torch, so installing them leaves the session's torch as it is.
 MODEL_ZOO = ["transformers>=5.17,<5.24", "diffusers>=0.42,<0.43"]
 
+# Packages with a C++ extension linked against torch: their wheels pin the torch release
+# they were built with (tools/pin_wheel_torch.py), their sources the tested range.
+TORCH_LINKED = {"packages/flagos-core", "packages/flagos-distributed"}
 # Install order follows the dependency graph; every package is a separate wheel.
 PACKAGES = [
     "packages/flagos-hal",
@@ -102,12 +111,113 @@ def tests(session: nox.Session, hw: str) -> None:
     session.run("python", "-m", "flagos_hal.conformance", "--hal", hw, env=env)
     if hw == "sim":
         session.run("python", "-m", "flagos_hal.conformance", "--hal", "sim", "--asan", env=env)
-    # One pytest run per test folder: each folder's helpers (conftest, test utilities)
-    # are imported by plain name, which only works with that folder first on sys.path.
-    for folder in [p + "/tests" for p in PACKAGES] + ["integration_tests"]:
-        if (ROOT / folder).is_dir():
-            session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                        "--durations=5", folder, *session.posargs, env=env)
+    _run_test_folders(session, env)
+
+
+def _test_folders() -> list[str]:
+    return [f for f in [p + "/tests" for p in PACKAGES] + ["integration_tests"]
+            if (ROOT / f).is_dir()]
+
+
+def _run_test_folders(session: nox.Session, env: dict, junit_dir: pathlib.Path | None = None,
+                      ) -> None:
+    """One pytest run per test folder: each folder's helpers (conftest, test utilities) are
+    imported by plain name, which only works with that folder first on sys.path. With
+    `junit_dir`, every folder runs (failures do not stop the session) and writes its
+    results there."""
+    for folder in _test_folders():
+        extra, codes = [], [0]
+        if junit_dir is not None:
+            extra = [f"--junitxml={junit_dir / (folder.replace('/', '_') + '.xml')}"]
+            codes = [0, 1]  # 1: some tests failed (recorded); anything else still stops
+        session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                    "--durations=5", *extra, folder, *session.posargs, env=env,
+                    success_codes=codes)
+
+
+@nox.session
+@nox.parametrize("torch", list(TORCH_RELEASES))
+def compat(session: nox.Session, torch: str) -> None:
+    """Build flagos against one torch release and run the sim suite on it; writes
+    docs/compat/torch-<release>.json, from which tools/compat_table.py makes docs/compat.md.
+    Not part of CI: the registries serve CUDA builds of torch for releases other than the
+    CPU machines' own (several GB each, which run on a CPU-only machine)."""
+    import json
+    import subprocess
+    import xml.etree.ElementTree as ET
+
+    version = TORCH_RELEASES[torch]
+    out = ROOT / "docs" / "compat"
+    out.mkdir(exist_ok=True)
+    junit = pathlib.Path(session.create_tmp()) / "junit"
+    junit.mkdir(exist_ok=True)
+    git = ["git", "-C", str(ROOT)]
+    commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], check=True,
+                            capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], check=True,
+                           capture_output=True, text=True).stdout.strip()
+    result: dict = {"release": torch, "torch": version, "commit": commit + ("+" if dirty else ""),
+                    "command": f"nox -s \"compat(torch='{torch}')\""}
+
+    def write() -> None:
+        (out / f"torch-{torch}.json").write_text(json.dumps(result, indent=1) + "\n")
+
+    session.install(f"torch=={version}" if torch != "2.13" else TORCH_CPU, *BUILD_TOOLS)
+    result["torch"] = session.run("python", "-c", "import torch; print(torch.__version__)",
+                                  silent=True).strip().splitlines()[-1]
+    session.install(*BUILD_TOOLS)
+    for pkg in PACKAGES:  # as _install_flagos, keeping the first compiler error
+        if not (ROOT / pkg / "pyproject.toml").exists():
+            continue
+        build = subprocess.run([str(pathlib.Path(session.bin) / "python"), "-m", "pip", "install",
+                                "--no-build-isolation", "--no-deps", f"./{pkg}"],
+                               cwd=ROOT, capture_output=True, text=True, check=False)
+        if build.returncode != 0:
+            errors = [ln.strip().replace(f"{ROOT}/", "")
+                      for ln in (build.stdout + build.stderr).splitlines() if " error: " in ln]
+            result["build"] = f"{pkg} failed: " + (errors[0] if errors else "see the log")
+            write()
+            session.error(f"torch {version}: {result['build']}")
+    result["build"] = "ok"
+    # The CUDA results allocator: does this release's interface match the wrapper's?
+    check = out / f"cuda-allocator-{torch}.json"
+    session.run("python", "tools/check_cuda_allocator.py", "--json", str(check),
+                success_codes=[0, 1, 2])
+    cca = json.loads(check.read_text())
+    check.unlink()
+    result["cuda_allocator"] = ("error: " + cca["error"] if "error" in cca else
+                                "missing: " + ", ".join(cca["missing"]) if cca["missing"] else
+                                "interface forwarded")
+    # The tests' own dependencies, as the tests session installs them; a CUDA build of torch
+    # brings its own Triton (the gems provider's tests run its interpreter).
+    pin = TORCH_CPU if torch == "2.13" else f"torch=={version}"
+    session.install(*MODEL_ZOO, *([TRITON_CPU] if torch == "2.13" else []), pin)
+    # FLAGOS_COMPAT_RUN: the check that every tested release has results on record skips
+    # (this run is making them).
+    env = {"FLAGOS_TEST_HW": "sim", "FLAGOS_HAL": "sim", "HF_HUB_OFFLINE": "1",
+           "FLAGOS_COMPAT_RUN": torch}
+    try:
+        session.run("python", "-m", "flagos_hal.conformance", "--hal", "sim", env=env)
+        result["conformance"] = "passed"
+    except nox.command.CommandFailed:
+        result["conformance"] = "failed"
+    _run_test_folders(session, env, junit_dir=junit)
+    result["tests"] = {}
+    for folder in _test_folders():
+        xml = junit / (folder.replace("/", "_") + ".xml")
+        if not xml.exists():
+            continue
+        suite = ET.parse(xml).getroot()
+        suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+        failed = [f"{c.get('classname')}::{c.get('name')}" for c in suite.iter("testcase")
+                  if c.find("failure") is not None or c.find("error") is not None]
+        n = int(suite.get("tests", 0))
+        skipped = int(suite.get("skipped", 0))
+        result["tests"][folder] = {"passed": n - skipped - len(failed), "skipped": skipped,
+                                   "failed": failed}
+    write()
+    if result["conformance"] != "passed" or any(t["failed"] for t in result["tests"].values()):
+        session.error(f"torch {version}: failures recorded in docs/compat/torch-{torch}.json")
 
 
 @nox.session
@@ -140,6 +250,10 @@ def build(session: nox.Session) -> None:
         session.run("python", "-m", "pip", "wheel", "--no-build-isolation", "--no-deps",
                     "-w", str(dist), f"./{pkg}")
         name = tomllib.loads(pyproject.read_text())["project"]["name"]
+        if pkg in TORCH_LINKED:
+            wheels = sorted(dist.glob(f"{name.replace('-', '_')}-*.whl"),
+                            key=lambda w: w.stat().st_mtime)
+            session.run("python", "tools/pin_wheel_torch.py", str(wheels[-1]))
         session.install("--no-deps", "--no-index", "--find-links", str(dist), name)
 
 

@@ -16,7 +16,9 @@ TORCH_DIR=$($PY -c "import torch,os;print(os.path.dirname(torch.__file__))")
 PYINC=$($PY -c "import sysconfig;print(sysconfig.get_paths()['include'])")
 ABI=$($PY -c "import torch;print(int(torch._C._GLIBCXX_USE_CXX11_ABI))")
 SUFFIX=$($PY -c "import sysconfig;print(sysconfig.get_config_var('EXT_SUFFIX'))")
-FLAGS=(-std=c++17 -O2 -g0 -fPIC -Wall -Wno-unused-parameter -Wno-sign-compare -I"$CORE/csrc" -I"$CORE/python/flagos/include"
+# The C++ standard torch builds its extensions with (CMakeLists.txt): 20 from torch 2.12.
+STD=$($PY -c "import torch; v=tuple(int(x) for x in torch.__version__.split('+')[0].split('.')[:2]); print('c++20' if v >= (2, 12) else 'c++17')")
+FLAGS=(-std=$STD -O2 -g0 -fPIC -Wall -Wno-unused-parameter -Wno-sign-compare -I"$CORE/csrc" -I"$CORE/python/flagos/include"
        -I"$ROOT/packages/flagos-hal/include" -I"$TORCH_DIR/include"
        -I"$TORCH_DIR/include/torch/csrc/api/include" -I"$PYINC"
        -DTORCH_EXTENSION_NAME=_C -DTORCH_API_INCLUDE_EXTENSION_H -D_GLIBCXX_USE_CXX11_ABI=$ABI)
@@ -40,4 +42,7 @@ if [[ -n "${fail:-}" ]]; then echo "dev_build: compilation failed" >&2; exit 1; 
 g++ -shared -o "$CORE/python/flagos/_C$SUFFIX.tmp" "${objs[@]}" -L"$TORCH_DIR/lib" -lc10 -ltorch \
   -ltorch_cpu -ltorch_python -Wl,-rpath,"$TORCH_DIR/lib"
 mv "$CORE/python/flagos/_C$SUFFIX.tmp" "$CORE/python/flagos/_C$SUFFIX"
+# What a wheel records at build time (CMakeLists.txt): the torch compiled against.
+$PY -c "import torch; print(f'\"\"\"Written when flagos-core was built.\"\"\"\\n\\nTORCH_VERSION = \"{torch.__version__}\"')" \
+  > "$CORE/python/flagos/_build_info.py"
 echo "built $CORE/python/flagos/_C$SUFFIX"

@@ -3,8 +3,8 @@
 // allocate() inside a DeviceResultsOnFlagos scope on its twin device, which takes flagos
 // memory. It registers itself as CUDA's device-results installer; built only against a
 // torch with CUDA, and only where this file compiles against that torch's CUDAAllocator
-// interface (CMakeLists.txt checks); written for torch 2.11 and 2.13, whose interfaces
-// differ by the members under FLAGOS_TORCH_2_13.
+// interface (CMakeLists.txt checks). The interface grows from release to release: each
+// member newer than 2.9 is forwarded from the release that added it (FLAGOS_TORCH_SINCE).
 //
 // Only allocations on the scope's twin stream are served: a kernel's temporaries on a side
 // stream (which it may order with recordStream) stay CUDA memory. Where torch itself
@@ -25,10 +25,13 @@
 
 #include "aten/device_results.h"
 
-#if !(TORCH_VERSION_MAJOR == 2 && (TORCH_VERSION_MINOR == 11 || TORCH_VERSION_MINOR == 13))
-#error "the CUDA results allocator was checked against the CUDAAllocator interface of torch 2.11 and 2.13 only"
+// The releases whose interface tools/check_cuda_allocator.py found forwarded in full (it
+// preprocesses this file against any release, defining the macro to pass this check).
+#if !(TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 9 && TORCH_VERSION_MINOR <= 14) && \
+    !defined(FLAGOS_CUDA_ALLOCATOR_INTERFACE_CHECK)
+#error "the CUDA results allocator was checked against the CUDAAllocator interface of torch 2.9 to 2.14 only"
 #endif
-#define FLAGOS_TORCH_2_13 (TORCH_VERSION_MINOR == 13)
+#define FLAGOS_TORCH_SINCE(minor) (TORCH_VERSION_MAJOR > 2 || TORCH_VERSION_MINOR >= (minor))
 
 namespace flagos {
 namespace {
@@ -72,10 +75,11 @@ class CudaResultsAllocator final : public cca::CUDAAllocator {
   }
   void resetAccumulatedStats(c10::DeviceIndex device) override { next_->resetAccumulatedStats(device); }
   void resetPeakStats(c10::DeviceIndex device) override { next_->resetPeakStats(device); }
+#if FLAGOS_TORCH_SINCE(10)
   std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
     return next_->getMemoryInfo(device);
   }
-
+#endif
   void* raw_alloc(size_t nbytes) override { return next_->raw_alloc(nbytes); }
   void* raw_alloc_with_stream(size_t nbytes, cudaStream_t stream) override {
     return next_->raw_alloc_with_stream(nbytes, stream);
@@ -86,9 +90,11 @@ class CudaResultsAllocator final : public cca::CUDAAllocator {
   void setMemoryFraction(double fraction, c10::DeviceIndex device) override {
     next_->setMemoryFraction(fraction, device);
   }
+#if FLAGOS_TORCH_SINCE(10)
   std::vector<cca::StreamSegmentSize> getExpandableSegmentSizes(c10::DeviceIndex device) override {
     return next_->getExpandableSegmentSizes(device);
   }
+#endif
   void enable(bool value) override { next_->enable(value); }
   bool isEnabled() const override { return next_->isEnabled(); }
   void cacheInfo(c10::DeviceIndex device, size_t* largest_block) override {
@@ -99,9 +105,15 @@ class CudaResultsAllocator final : public cca::CUDAAllocator {
   void recordStream(const c10::DataPtr& ptr, c10::cuda::CUDAStream stream) override {
     next_->recordStream(ptr, stream);
   }
+#if FLAGOS_TORCH_SINCE(11)
   cca::SnapshotInfo snapshot(c10::MempoolId_t mempool_id, bool include_traces) override {
     return next_->snapshot(mempool_id, include_traces);
   }
+#else
+  cca::SnapshotInfo snapshot(c10::MempoolId_t mempool_id) override {
+    return next_->snapshot(mempool_id);
+  }
+#endif
   void beginAllocateToPool(c10::DeviceIndex device, c10::MempoolId_t mempool_id,
                            std::function<bool(cudaStream_t)> filter) override {
     next_->beginAllocateToPool(device, mempool_id, std::move(filter));
@@ -115,6 +127,7 @@ class CudaResultsAllocator final : public cca::CUDAAllocator {
   int getPoolUseCount(c10::DeviceIndex device, c10::MempoolId_t mempool_id) override {
     return next_->getPoolUseCount(device, mempool_id);
   }
+#if FLAGOS_TORCH_SINCE(11)
   void createOrIncrefPool(c10::DeviceIndex device, c10::MempoolId_t mempool_id,
                           std::shared_ptr<cca::CUDAAllocator> allocator) override {
     next_->createOrIncrefPool(device, mempool_id, std::move(allocator));
@@ -122,9 +135,20 @@ class CudaResultsAllocator final : public cca::CUDAAllocator {
   void setUseOnOOM(c10::DeviceIndex device, c10::MempoolId_t mempool_id, bool use_on_oom) override {
     next_->setUseOnOOM(device, mempool_id, use_on_oom);
   }
+#else
+  void createOrIncrefPool(c10::DeviceIndex device, c10::MempoolId_t mempool_id,
+                          cca::CUDAAllocator* allocator) override {
+    next_->createOrIncrefPool(device, mempool_id, allocator);
+  }
+  void setUseOnOOM(c10::DeviceIndex device, c10::MempoolId_t mempool_id) override {
+    next_->setUseOnOOM(device, mempool_id);
+  }
+#endif
+#if FLAGOS_TORCH_SINCE(10)
   void setNoSplit(c10::DeviceIndex device, c10::MempoolId_t mempool_id) override {
     next_->setNoSplit(device, mempool_id);
   }
+#endif
   bool checkPoolLiveAllocations(c10::DeviceIndex device, c10::MempoolId_t mempool_id,
                                 const std::unordered_set<void*>& expected) override {
     return next_->checkPoolLiveAllocations(device, mempool_id, expected);
@@ -134,19 +158,29 @@ class CudaResultsAllocator final : public cca::CUDAAllocator {
     return next_->getIpcDevPtr(std::move(handle));
   }
   bool isHistoryEnabled() override { return next_->isHistoryEnabled(); }
+#if FLAGOS_TORCH_SINCE(11)
   void recordHistory(bool enabled, cca::CreateContextFn context_recorder,
                      size_t alloc_trace_max_entries, cca::RecordContext when, bool clear_history,
                      const std::vector<std::string>& skip_actions) override {
     next_->recordHistory(enabled, context_recorder, alloc_trace_max_entries, when, clear_history,
                          skip_actions);
   }
+#else
+  void recordHistory(bool enabled, cca::CreateContextFn context_recorder,
+                     size_t alloc_trace_max_entries, cca::RecordContext when,
+                     bool clear_history) override {
+    next_->recordHistory(enabled, context_recorder, alloc_trace_max_entries, when, clear_history);
+  }
+#endif
   void recordAnnotation(const std::vector<std::pair<std::string, std::string>>& md) override {
     next_->recordAnnotation(md);
   }
   void pushCompileContext(std::string& md) override { next_->pushCompileContext(md); }
   void popCompileContext() override { next_->popCompileContext(); }
+#if FLAGOS_TORCH_SINCE(10)
   void setUserMetadata(const std::string& metadata) override { next_->setUserMetadata(metadata); }
   std::string getUserMetadata() override { return next_->getUserMetadata(); }
+#endif
   void attachOutOfMemoryObserver(cca::OutOfMemoryObserver observer) override {
     next_->attachOutOfMemoryObserver(std::move(observer));
   }
@@ -169,17 +203,25 @@ class CudaResultsAllocator final : public cca::CUDAAllocator {
     return next_->setCheckpointPoolState(device, std::move(pps));
   }
   std::string name() override { return next_->name(); }
-#if FLAGOS_TORCH_2_13
-  void markCaptureBegin(c10::DeviceIndex device) override { next_->markCaptureBegin(device); }
-  void markCaptureEnd(c10::DeviceIndex device) override { next_->markCaptureEnd(device); }
+#if FLAGOS_TORCH_SINCE(12)
   std::shared_ptr<c10::GatheredContext> getContextForPointer(const void* ptr) override {
     return next_->getContextForPointer(ptr);
   }
   void attachOomRejectionObserver(cca::OomRejectionObserver observer) override {
     next_->attachOomRejectionObserver(std::move(observer));
   }
+#endif
+#if FLAGOS_TORCH_SINCE(13)
+  void markCaptureBegin(c10::DeviceIndex device) override { next_->markCaptureBegin(device); }
+  void markCaptureEnd(c10::DeviceIndex device) override { next_->markCaptureEnd(device); }
   c10::DataPtr allocateWithAddress(size_t size, void* addr) override {
     return next_->allocateWithAddress(size, addr);
+  }
+#endif
+#if FLAGOS_TORCH_SINCE(14)
+  bool supportsUserMetadata() override { return next_->supportsUserMetadata(); }
+  void annotateMemory(const void* ptr, const std::string& metadata) override {
+    next_->annotateMemory(ptr, metadata);
   }
 #endif
 

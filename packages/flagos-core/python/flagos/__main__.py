@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 import flagos
-from flagos import _C, routing
+from flagos import _C, _torch_support, routing
 
 
 def _routing_rules() -> list[dict[str, Any]]:
@@ -53,6 +53,8 @@ def collect() -> dict[str, Any]:
         chains[f"flagos:{i}"] = routing.resolve("aten::mm", i)
     return {
         "flagos": flagos.__version__, "torch": torch.__version__,
+        "built_with_torch": _torch_support.built_with(),
+        "torch_warnings": _torch_support.support_warnings(torch.__version__),
         "allocator": "passthrough" if _C._allocator_passthrough() else "caching",
         "hals": _C._hal_info(), "devices": devices, "providers": providers,
         "routing": {"version": routing.version(), "rules": _routing_rules(),
@@ -67,7 +69,11 @@ def _mib(n: int) -> str:
 def format_info(info: dict[str, Any]) -> str:
     """The human-readable report of :func:`collect`'s data."""
     out = [f"flagos {info['flagos']} on torch {info['torch']} ({info['allocator']} allocator)",
-           "", "HALs:"]
+           ]
+    if info["built_with_torch"]:
+        out.append(f"  (flagos-core compiled against torch {info['built_with_torch']})")
+    out += [f"  warning: {w}" for w in info["torch_warnings"]]
+    out += ["", "HALs:"]
     for i, h in enumerate(info["hals"]):
         out.append(f"  [{i}] {h['name']} {h['version']} (ABI {h['abi_version']}), "
                    f"{h['device_count']} device(s): {h['path']}")

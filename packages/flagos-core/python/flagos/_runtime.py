@@ -18,7 +18,12 @@ def init() -> None:
             return
         import flagos_hal
 
-        from flagos import _C
+        try:
+            from flagos import _C
+        except ImportError as e:
+            from flagos._torch_support import explain_import_failure
+
+            raise ImportError(explain_import_failure(e, torch.__version__)) from e
 
         specs = flagos_hal.discover()
         if not _C._hals_initialized():
