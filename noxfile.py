@@ -143,6 +143,7 @@ def compat(session: nox.Session, torch: str) -> None:
     Not part of CI: the registries serve CUDA builds of torch for releases other than the
     CPU machines' own (several GB each, which run on a CPU-only machine)."""
     import json
+    import re
     import subprocess
     import xml.etree.ElementTree as ET
 
@@ -173,8 +174,11 @@ def compat(session: nox.Session, torch: str) -> None:
                                 "--no-build-isolation", "--no-deps", f"./{pkg}"],
                                cwd=ROOT, capture_output=True, text=True, check=False)
         if build.returncode != 0:
-            errors = [ln.strip().replace(f"{ROOT}/", "")
-                      for ln in (build.stdout + build.stderr).splitlines() if " error: " in ln]
+            lines = (build.stdout + build.stderr).splitlines()
+            # the compiler's first error (file:line:col: error: ...), else pip's
+            errors = [ln.strip().replace(f"{ROOT}/", "") for ln in lines
+                      if re.search(r":\d+:\d+: (fatal )?error: ", ln)] or [
+                ln.strip() for ln in lines if " error: " in ln]
             result["build"] = f"{pkg} failed: " + (errors[0] if errors else "see the log")
             write()
             session.error(f"torch {version}: {result['build']}")
