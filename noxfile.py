@@ -46,6 +46,7 @@ PACKAGES = [
     "packages/flagos-ops-boxing",
     "packages/flagos-ops-gems",
     "packages/flagos-ops-native",
+    "packages/flagos-quant",
     "packages/flagos-distributed",
     "packages/flagos-compile",
 ]
