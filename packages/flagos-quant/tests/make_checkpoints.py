@@ -38,7 +38,7 @@ def base_model():
     import transformers
 
     torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(**CONFIG, initializer_range=0.08, dtype="bfloat16")
+    cfg = transformers.LlamaConfig(**CONFIG, initializer_range=0.2, dtype="bfloat16")
     model = transformers.LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
     return model
 

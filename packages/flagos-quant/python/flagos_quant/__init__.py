@@ -28,3 +28,9 @@ __all__ = [
     "emulated_scaled_mm_v2", "parse_modelopt", "quantize_fp8", "quantize_fp8_blocks",
     "quantize_nvfp4", "replace_linears", "set_weight_only",
 ]
+
+# Imported by flagos itself (the provider entry point) before its plugins load: register
+# with transformers from here too (a post-import hook; transformers is not imported).
+from . import transformers_hook as _transformers_hook
+
+_transformers_hook.install()
