@@ -3,7 +3,7 @@
 # $OUT (the device tool's output folder). Wheels the machine lacks are carried in .whl/
 # (tools/fetch_gpu_wheels.sh fetches them; name .whl in the run's carry).
 # Usage: tools/gpu_check.sh STEP...   steps: build conformance demo bench model sweep tests
-#        nox compile dist profile gems gems-tests gems-bench gems-model gems-sweep zoo native
+#        nox compile dist profile gems gems-tests gems-bench gems-model gems-sweep zoo native quant
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:-/tmp/flagos-out}; mkdir -p "$OUT"
@@ -17,7 +17,7 @@ for s in "$@"; do
     build)
       step build
       nvidia-smi -L; python3 -c "import torch; print('torch', torch.__version__, 'cuda devices', torch.cuda.device_count())"
-      for p in flagos-hal flagos-core flagos-ops-boxing flagos-ops-gems flagos-distributed flagos-compile; do
+      for p in flagos-hal flagos-core flagos-ops-boxing flagos-ops-gems flagos-quant flagos-distributed flagos-compile; do
         [[ -f packages/$p/pyproject.toml ]] || continue
         CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip install --no-build-isolation --no-deps "./packages/$p" \
           > "$OUT/build-$p.log" 2>&1 && echo "built $p" || { echo "BUILD FAILED $p"; tail -30 "$OUT/build-$p.log"; }
@@ -72,5 +72,11 @@ print(flagos.routing.explain('aten::mm')); print(flagos.routing.stats())" 2>&1 |
              --only model 2>&1 | tee "$OUT/gems-model.log" | tail -20 ;;
     gems-sweep) step gems-sweep; FLAGOS_HAL=cuda timeout 590 python3 packages/flagos-ops-gems/benchmarks/opinfo_vs_flaggems.py \
              --jobs 14 --max-samples 3 --json "$OUT/gems-sweep.json" > "$OUT/gems-sweep.log" 2>&1; tail -60 "$OUT/gems-sweep.log" ;;
+    # FP8/NVFP4 emulation (flagos-quant; accelerate carried in .whl/ for device_map=):
+    # its tests on the cuda HAL, then emulated vs bf16 vs the H200's native FP8 _scaled_mm.
+    quant) step quant; FLAGOS_HAL=cuda FLAGOS_TEST_HW=cuda HF_HUB_OFFLINE=1 timeout 300 python3 -m pytest -q \
+             -p no:cacheprovider --durations=5 packages/flagos-quant/tests 2>&1 | tee "$OUT/quant-tests.log" | tail -15
+           FLAGOS_HAL=cuda timeout 400 python3 packages/flagos-quant/benchmarks/quant_bench.py \
+             --json "$OUT/quant.json" 2>&1 | tee "$OUT/quant-bench.log" | tail -40 ;;
   esac
 done

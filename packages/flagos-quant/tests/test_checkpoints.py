@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import calls
+from conftest import calls, exact_hal
 from flagos_quant import FP8Linear, NVFP4Linear, QuantConfigError, set_weight_only
 
 transformers = pytest.importorskip("transformers")
@@ -85,6 +85,8 @@ def test_greedy_generation_equal(checkpoints: Path, fmt: str) -> None:
     """In float32 compute: the format's scheme on flagos equals the same model on CPU (the
     emulation's own arithmetic) logit for logit and token for token; weight-only on flagos
     generates what the dequantized reference generates."""
+    if not exact_hal():
+        pytest.skip("token-for-token equality with CPU holds where flagos runs CPU kernels")
     kw = {"dtype": torch.float32}
     cpu = _load(checkpoints / fmt, **kw)
     model = _load(checkpoints / fmt, device_map="flagos", **kw)

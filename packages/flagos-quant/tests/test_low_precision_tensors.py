@@ -69,7 +69,7 @@ def test_opaque_memory_in_a_process_of_its_own(tmp_path: Path) -> None:
     env = {**os.environ, "FLAGOS_NO_HOST_ALIAS": "1"}
     here = Path(__file__).parent
     code = (
-        "import sys, torch; sys.path.insert(0, %r)\n"
+        f"import sys, torch; sys.path.insert(0, {str(here)!r})\n"
         "import test_low_precision_tensors as t\n"
         "for d in t.LOW: t.test_store_copy_slice_save_load(d)\n"
         "for d in t.FP8: t.test_casts_match_cpu(d)\n"
@@ -80,7 +80,7 @@ def test_opaque_memory_in_a_process_of_its_own(tmp_path: Path) -> None:
         "f = [x.to('flagos') for x in (a, w, sa, sw)]\n"
         "got = torch._scaled_mm(f[0], f[1].t(), f[2], f[3], out_dtype=torch.bfloat16)\n"
         "assert torch.equal(got.cpu(), want)\n"
-        "print('opaque ok')\n" % str(here))
+        "print('opaque ok')\n")
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                        timeout=300, cwd=tmp_path, check=False)
     assert r.returncode == 0 and "opaque ok" in r.stdout, r.stdout + r.stderr

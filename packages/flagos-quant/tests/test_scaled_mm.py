@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import calls
+from conftest import assert_matches_cpu, calls
 from flagos_quant.dequant import dequantize_fp4, dequantize_fp8
 from flagos_quant.quantize import quantize_fp8, quantize_fp8_blocks, quantize_nvfp4
 from flagos_quant.scaled_mm import emulated_scaled_mm
@@ -46,7 +46,7 @@ def _check_v1(a, b, sa, sb, want, bias=None, out_dtype=torch.bfloat16):
     fa, fb, fsa, fsb, fbias = _flagos(a, b, sa, sb, bias)
     got = torch._scaled_mm(fa, fb, fsa, fsb, bias=fbias, out_dtype=out_dtype)
     assert got.device.type == "flagos" and got.dtype == out_dtype
-    assert torch.equal(got.cpu(), want)
+    assert_matches_cpu(got, want)
 
 
 def test_tensorwise_matches_rule_and_torch_cpu_kernel(stats) -> None:
@@ -104,7 +104,7 @@ def test_nvfp4_v1_blocked_and_v2_with_global_scales(stats) -> None:
     fa, fw, fsa, fga, fsw, fgw = _flagos(pa.view(FP4), pw.view(FP4), sa, ga, sw, gw)
     got = F.scaled_mm(fa, fw.t(), [fsa, fga], recipe, [fsw, fgw], recipe, swz, swz,
                       output_dtype=torch.bfloat16)
-    assert torch.equal(got.cpu(), want)
+    assert_matches_cpu(got, want)
     assert calls("aten::_scaled_mm_v2", "emulation") == 1
     # v1: blocked scales, no global scale (fold it in: compare against da / ga etc.)
     want_v1 = _reference(dequantize_fp4(pa, sa, 16), dequantize_fp4(pw, sw, 16))
@@ -152,5 +152,5 @@ def test_route_to_the_twin_kernel_instead(stats) -> None:
     with flagos.routing.override({"aten::_scaled_mm": "boxing"}):
         got = torch._scaled_mm(fa, fw.t(), fsa, fsw, out_dtype=torch.bfloat16)
     native = torch._scaled_mm(a, w.t(), sa, sw, out_dtype=torch.bfloat16)
-    assert torch.equal(got.cpu(), native)
+    assert_matches_cpu(got, native)
     assert calls("aten::_scaled_mm", "emulation") == 0

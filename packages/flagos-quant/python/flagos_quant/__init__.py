@@ -16,7 +16,7 @@ See docs/quantization.md.
 from __future__ import annotations
 
 from .checkpoint_config import QuantConfigError, QuantSpec, parse_modelopt
-from .convert import replace_linears
+from .convert import quantize_linears, replace_linears
 from .dequant import dequantize_fp4, dequantize_fp8
 from .modules import FP8BlockLinear, FP8Linear, NVFP4Linear, QuantLinear, set_weight_only
 from .quantize import quantize_fp8, quantize_fp8_blocks, quantize_nvfp4
@@ -26,7 +26,7 @@ __all__ = [
     "FP8BlockLinear", "FP8Linear", "NVFP4Linear", "QuantConfigError", "QuantLinear",
     "QuantSpec", "dequantize_fp4", "dequantize_fp8", "emulated_scaled_mm",
     "emulated_scaled_mm_v2", "parse_modelopt", "quantize_fp8", "quantize_fp8_blocks",
-    "quantize_nvfp4", "replace_linears", "set_weight_only",
+    "quantize_linears", "quantize_nvfp4", "replace_linears", "set_weight_only",
 ]
 
 # Imported by flagos itself (the provider entry point) before its plugins load: register

@@ -111,10 +111,10 @@ class NVFP4Linear(QuantLinear):
     """NVFP4 weight as ModelOpt exports it: ``weight`` uint8 [out, in/2] (two E2M1 values
     a byte), ``weight_scale`` float8_e4m3fn [out, in/16], ``weight_scale_2`` float32 (the
     global scale); activations quantized to NVFP4 per 16 at each call with the static
-    global ``input_scale``."""
+    global ``input_scale`` (or, with ``static_input=False``, a per-call amax one)."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = False,
-                 block_size: int = 16, **kw) -> None:
+                 block_size: int = 16, static_input: bool = True, **kw) -> None:
         super().__init__(in_features, out_features, bias, **kw)
         if in_features % block_size:
             raise ValueError(f"NVFP4Linear: in_features {in_features} is not a multiple of "
@@ -126,7 +126,8 @@ class NVFP4Linear(QuantLinear):
         self.weight_scale = _frozen(torch.ones(out_features, in_features // block_size,
                                                dtype=torch.float8_e4m3fn, device=dev))
         self.weight_scale_2 = _frozen(torch.ones((), dtype=torch.float32, device=dev))
-        self.input_scale = _frozen(torch.ones((), dtype=torch.float32, device=dev))
+        self.input_scale = _frozen(torch.ones((), dtype=torch.float32, device=dev)) \
+            if static_input else None
 
     def dequantized_weight(self, dtype: torch.dtype) -> torch.Tensor:
         return dequantize_fp4(self.weight, self.weight_scale, self.block_size,
