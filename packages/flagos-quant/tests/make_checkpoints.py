@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 from flagos_quant.dequant import dequantize_fp4, dequantize_fp8
-from flagos_quant.quantize import E4M3_MAX, quantize_fp8, quantize_nvfp4
+from flagos_quant.quantize import E4M3_MAX, quantize_nvfp4
 
 FORMATS = ("modelopt-fp8", "modelopt-nvfp4")
 VOCAB = 256
@@ -28,7 +28,7 @@ CONFIG = {"vocab_size": VOCAB, "hidden_size": 64, "intermediate_size": 128,
           "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
           "max_position_embeddings": 128, "tie_word_embeddings": False,
           "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0}
-IGNORE = ["lm_head"]
+IGNORE = ["lm_head", "model.embed_tokens"]
 PRODUCER = {"name": "flagos-quant tests/make_checkpoints.py", "version": "1"}
 
 
@@ -38,7 +38,8 @@ def base_model():
     import transformers
 
     torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(**CONFIG, initializer_range=0.2, dtype="bfloat16")
+    cfg = transformers.LlamaConfig(**CONFIG, initializer_range=0.2, dtype="bfloat16",
+                                   architectures=["LlamaForCausalLM"])
     model = transformers.LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
     return model
 
@@ -60,30 +61,52 @@ def calibration_amax(model) -> dict[str, float]:
     return amax
 
 
-def _quantize_layer(algo: str, w: torch.Tensor, in_amax: float
+# Layers that read one input, fused into one GEMM by ModelOpt's deployment targets: its
+# exporter gives them one NVFP4 global weight scale (the largest of the group's).
+FUSED = (("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+         ("mlp.gate_proj", "mlp.up_proj"))
+
+
+def _fused_group(layer: str) -> tuple[str, ...]:
+    prefix, _, leaf = layer.rpartition(".")
+    prefix, _, parent = prefix.rpartition(".")
+    for group in FUSED:
+        if f"{parent}.{leaf}" in group:
+            return tuple(f"{prefix}.{g}" for g in group)
+    return (layer,)
+
+
+def _quantize_layer(algo: str, w: torch.Tensor, in_amax: float,
+                    global_scale: torch.Tensor | None = None
                     ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-    """The checkpoint tensors of one linear layer and its dequantized weight (float32)."""
+    """The checkpoint tensors of one linear layer (bf16 weight ``w``) and its dequantized
+    weight (float32), in ModelOpt's exporter's arithmetic: the FP8 weight is divided by its
+    float32 scale in the weight's own dtype (a 0-dim float32 tensor does not promote a
+    bf16 one), then cast; NVFP4 divides in float32."""
     if algo == "FP8":
-        q, s = quantize_fp8(w)
+        s = w.detach().abs().amax().float() / E4M3_MAX
+        q = (w / s).to(torch.float8_e4m3fn)
         tensors = {"weight": q, "weight_scale": s,
                    "input_scale": torch.tensor(in_amax / E4M3_MAX, dtype=torch.float32)}
         return tensors, dequantize_fp8(q, s)
-    packed, block, glob = quantize_nvfp4(w)
+    packed, block, glob = quantize_nvfp4(w, global_scale)
     tensors = {"weight": packed, "weight_scale": block, "weight_scale_2": glob,
                "input_scale": torch.tensor(in_amax / (6.0 * E4M3_MAX), dtype=torch.float32)}
     return tensors, dequantize_fp4(packed, block, 16, glob)
 
 
 def quant_config(algo: str) -> tuple[dict, dict]:
-    """config.json's ``quantization_config`` (flat) and hf_quant_config.json (nested)."""
-    flat = {"quant_method": "modelopt", "quant_algo": algo, "ignore": IGNORE,
-            "producer": PRODUCER}
+    """config.json's ``quantization_config`` (flat, as ModelOpt 0.47 writes it) and
+    hf_quant_config.json (nested)."""
+    bits, group = (8, {}) if algo == "FP8" else (4, {"group_size": 16})
+    scheme = {"dynamic": False, "num_bits": bits, "type": "float", **group}
+    flat = {"config_groups": {"group_0": {"input_activations": scheme, "weights": scheme,
+                                          "targets": ["Linear"]}},
+            "ignore": IGNORE, "quant_algo": algo, "producer": PRODUCER,
+            "quant_method": "modelopt"}
     nested = {"producer": PRODUCER,
               "quantization": {"quant_algo": algo, "kv_cache_quant_algo": None,
-                               "exclude_modules": IGNORE}}
-    if algo == "NVFP4":
-        flat["group_size"] = 16
-        nested["quantization"]["group_size"] = 16
+                               "exclude_modules": IGNORE, **group}}
     return flat, nested
 
 
@@ -98,10 +121,16 @@ def write(out: Path, fmt: str) -> None:
     reference: dict[str, torch.Tensor] = {}
     linears = {n for n, m in model.named_modules()
                if isinstance(m, torch.nn.Linear) and n not in IGNORE}
-    for name, p in model.state_dict().items():
+    state = model.state_dict()
+    for name, p in state.items():
         layer, _, leaf = name.rpartition(".")
         if layer in linears and leaf == "weight":
-            tensors, deq = _quantize_layer(algo, p.float(), amax[layer])
+            glob = None
+            if algo == "NVFP4":
+                group_amax = max(state[f"{g}.weight"].abs().amax().float()
+                                 for g in _fused_group(layer))
+                glob = group_amax / (6.0 * E4M3_MAX)
+            tensors, deq = _quantize_layer(algo, p, amax[layer], glob)
             quantized.update({f"{layer}.{k}": v.contiguous() for k, v in tensors.items()})
             reference[name] = deq.to(torch.bfloat16).contiguous()
         else:

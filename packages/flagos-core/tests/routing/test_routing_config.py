@@ -99,7 +99,7 @@ def check(err: routing.RoutingConfigError, file, line: int, word: str, suggestio
     [
         ('default = ["cpu"]\n[ops]\n"aten::mm" = "gemz"\n', 3, "gemz", "gems",
          ("unknown provider 'gemz' for 'aten::mm'; did you mean 'gems'? "
-          "Known providers: boxing, cpu, emulation, gems, native")),
+          "Known providers: boxing, cpu, gems, native")),
         ('[ops]\n"aten::mmm" = "gems"\n', 2, "aten::mmm", "aten::mm", "unknown op"),
         ('[ops]\n"aten::add.Tensr" = "gems"\n', 2, "aten::add.Tensr", "aten::add.Tensor",
          "unknown op"),

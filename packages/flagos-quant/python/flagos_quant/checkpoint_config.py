@@ -60,6 +60,19 @@ def _strings(value: object, field_name: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _group_size_of_config_groups(groups: object) -> object:
+    """The weights' group size that ``config_groups`` (compressed-tensors style, written
+    by ModelOpt into config.json) names, or None; groups that disagree are an error."""
+    if not isinstance(groups, Mapping):
+        return None
+    sizes = {g.get("weights", {}).get("group_size") for g in groups.values()
+             if isinstance(g, Mapping) and isinstance(g.get("weights"), Mapping)} - {None}
+    if len(sizes) > 1:
+        raise QuantConfigError("config_groups", f"weights of different groups have group "
+                               f"sizes {sorted(sizes)}; one NVFP4 block size is supported")
+    return sizes.pop() if sizes else None
+
+
 def parse_modelopt(config: Mapping[str, object]) -> QuantSpec:
     """The :class:`QuantSpec` of a ModelOpt config (flat or nested); raises
     :class:`QuantConfigError` naming the field that is missing, malformed or unsupported."""
@@ -92,6 +105,8 @@ def parse_modelopt(config: Mapping[str, object]) -> QuantSpec:
             f"a quantized KV cache ({kv!r}) is not supported; export the checkpoint without "
             "KV cache quantization")
     group = src.get("group_size")
+    if group is None and nested is None:
+        group = _group_size_of_config_groups(config.get("config_groups"))
     if algo == "NVFP4":
         if group is None:
             group = 16
