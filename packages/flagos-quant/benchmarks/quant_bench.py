@@ -189,10 +189,11 @@ def main() -> None:
     rows += accuracy(16, 1024 if quick else 4096, 1024 if quick else 4096)
     columns = ["part", "shape", "case", "flagos us", "vs flagos bf16", "native cuda us",
                "vs native cuda", "note"]
-    rows = [r + [None] * (len(columns) - len(r)) for r in rows]
+    rows = [[("-" if v is None else v) for v in r + [None] * (len(columns) - len(r))]
+            for r in rows]
     width = [max(len(str(c)), *(len(str(r[i])) for r in rows)) for i, c in enumerate(columns)]
     for r in [columns, *rows]:
-        print("  ".join(str(v if v is not None else "-").ljust(w) for v, w in zip(r, width)))
+        print("  ".join(str(v).ljust(w) for v, w in zip(r, width)))
     if args.json:
         try:
             commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
