@@ -16,8 +16,6 @@ time on flagos (and / native CUDA where given). On sim (no GPU) it runs as a smo
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import time
 from pathlib import Path
 
@@ -25,10 +23,9 @@ import flagos
 import torch
 import torch.nn.functional as F
 from flagos.bench import timeit
+from flagos.bench_results import Plot, Table, write_json
 from flagos_quant import FP8Linear, quantize_fp8, quantize_linears, set_weight_only
 from flagos_quant.dequant import dequantize_fp8
-
-ROOT = Path(__file__).resolve().parents[3]
 
 
 def _time_us(fn, dev: str, min_time: float) -> float:
@@ -98,8 +95,8 @@ def bench_linears(shapes, batches, min_time: float) -> list[list]:
             for label, t in cases.items():
                 nat = native.get(label)
                 rows.append(["linear", f"{m}x{k} @ {k}x{n}", label, round(t, 1),
-                             round(t / t_bf16, 3), None if nat is None else round(nat, 1),
-                             None if nat is None else round(t / nat, 3)])
+                             round(t / t_bf16, 3), "-" if nat is None else round(nat, 1),
+                             "-" if nat is None else round(t / nat, 3)])
     return rows
 
 
@@ -144,7 +141,7 @@ def bench_decode(cfg: dict, steps: int, prompt: int) -> list[list]:
         shape = (f"Llama {cfg['num_hidden_layers']}x{cfg['hidden_size']}, "
                  f"decoder weights {weight_bytes / 2**20:.0f} MiB")
         rows.append(["decode step", shape, label,
-                     round(ms * 1e3, 1), round(ms / t_bf16, 3), None, None])
+                     round(ms * 1e3, 1), round(ms / t_bf16, 3)])
     return rows
 
 
@@ -164,9 +161,16 @@ def accuracy(m: int, k: int, n: int) -> list[list]:
         with flagos.routing.override({"aten::_scaled_mm": route}):
             got = torch._scaled_mm(fa, fw.t(), fsa, fsw, out_dtype=torch.bfloat16).cpu()
         err = ((got.double() - ref).norm() / ref.norm()).item()
-        rows.append(["accuracy", f"{m}x{k} @ {k}x{n}, tensorwise, bf16 out", label,
-                     None, None, None, None, f"rel L2 vs float64: {err:.2e}"])
+        rows.append(["accuracy", f"{m}x{k} @ {k}x{n}, tensorwise, bf16 out", label, err])
     return rows
+
+
+NOTES = [
+    ("emulated = the whole weight dequantized at each call, then a bf16 matmul "
+     "(aten::_scaled_mm routed to flagos-quant's emulation provider); weight-only: bf16 "
+     "activations; per-tensor / per-16 activations: the format's activation quantization"),
+    "FP8 native _scaled_mm (boxing) = the same op routed to the CUDA twin's FP8 kernel",
+]
 
 
 def main() -> None:
@@ -184,38 +188,28 @@ def main() -> None:
     if quick:
         cfg.update(hidden_size=256, intermediate_size=512, num_hidden_layers=2,
                    num_attention_heads=4, num_key_value_heads=2, vocab_size=1024)
-    rows = bench_linears(shapes, [1, 16], min_time)
-    rows += bench_decode(cfg, steps=4 if quick else 32, prompt=16 if quick else 64)
-    rows += accuracy(16, 1024 if quick else 4096, 1024 if quick else 4096)
-    columns = ["part", "shape", "case", "flagos us", "vs flagos bf16", "native cuda us",
-               "vs native cuda", "note"]
-    rows = [[("-" if v is None else v) for v in r + [None] * (len(columns) - len(r))]
-            for r in rows]
-    width = [max(len(str(c)), *(len(str(r[i])) for r in rows)) for i, c in enumerate(columns)]
-    for r in [columns, *rows]:
-        print("  ".join(str(v).ljust(w) for v, w in zip(r, width)))
+    bar = Plot("bar", x="case", y=["vs flagos bf16"], ylabel="time / bf16 on flagos",
+               reference=1.0)
+    linear = Table("quant-linear", "FP8 / NVFP4 linear layers on flagos vs bf16 and native",
+                   ["shape", "case", "flagos us", "vs flagos bf16", "native cuda us",
+                    "vs native cuda"], notes=[*NOTES, ("native cuda = the same computation "
+                                                       "on plain CUDA tensors, same process")])
+    for row in bench_linears(shapes, [1, 16], min_time):
+        linear.add(*row[1:])
+    decode = Table("quant-decode", "Llama decode step (batch 1, KV cache) with FP8 / NVFP4 "
+                   "weights vs bf16", ["model", "case", "flagos us per token",
+                                       "vs flagos bf16"], notes=NOTES, plot=bar)
+    for row in bench_decode(cfg, steps=4 if quick else 32, prompt=16 if quick else 64):
+        decode.add(*row[1:5])
+    acc = Table("quant-accuracy", "FP8 _scaled_mm, emulated and native, vs float64 of the "
+                "same FP8 operands", ["shape", "case", "relative L2 error"], notes=NOTES)
+    for row in accuracy(16, 1024 if quick else 4096, 1024 if quick else 4096):
+        acc.add(*row[1:3], row[-1])
+    tables = [linear, decode, acc]
+    for t in tables:
+        print(t.format(), end="\n\n")
     if args.json:
-        try:
-            commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-                                    capture_output=True, text=True, check=True).stdout.strip()
-        except (OSError, subprocess.CalledProcessError):
-            commit = "unknown"
-        machine = torch.cuda.get_device_name() if gpu else \
-            flagos.get_device_properties(0).name
-        args.json.write_text(json.dumps({
-            "benchmark": "quant", "title": "Emulated FP8 / NVFP4 linear layers and decode vs "
-            "bf16 and native FP8", "machine": machine, "torch": torch.__version__,
-            "commit": commit, "command": "FLAGOS_HAL=cuda python "
-            "packages/flagos-quant/benchmarks/quant_bench.py", "columns": columns,
-            "rows": rows, "notes": [
-                ("flagos us: median time of one call on flagos; vs flagos bf16: that time / "
-                 "the bf16 case's time (below 1: faster than bf16)"),
-                ("emulated = dequantize the whole weight per call, then a bf16 matmul "
-                 "(aten::_scaled_mm routed to flagos-quant's emulation provider)"),
-                ("native _scaled_mm (boxing) = the same op routed to the CUDA twin's FP8 "
-                 "kernel; native cuda = the same computation on plain CUDA tensors"),
-                ("decode step: one token, batch 1, with a KV cache of the prompt; "
-                 "flagos us is per token")]}, indent=1) + "\n")
+        write_json(args.json, tables)
 
 
 if __name__ == "__main__":
