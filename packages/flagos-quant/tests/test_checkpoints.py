@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import calls, exact_hal
 from flagos_quant import FP8Linear, NVFP4Linear, QuantConfigError, set_weight_only
+from quant_testing import calls, exact_hal
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")  # device_map= needs it

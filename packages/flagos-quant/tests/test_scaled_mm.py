@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import assert_matches_cpu, calls
 from flagos_quant.dequant import dequantize_fp4, dequantize_fp8
 from flagos_quant.quantize import quantize_fp8, quantize_fp8_blocks, quantize_nvfp4
 from flagos_quant.scaled_mm import emulated_scaled_mm
 from flagos_quant.scales import to_blocked
+from quant_testing import assert_matches_cpu, calls
 
 FP4 = torch.float4_e2m1fn_x2
 M, K, N = 5, 256, 192
