@@ -3,7 +3,7 @@
 # $OUT (the device tool's output folder). Wheels the machine lacks are carried in .whl/
 # (tools/fetch_gpu_wheels.sh fetches them; name .whl in the run's carry).
 # Usage: tools/gpu_check.sh STEP...   steps: build conformance demo bench model sweep tests
-#        nox compile dist profile gems gems-tests gems-bench gems-model gems-sweep zoo native
+#        nox compile dist profile gems gems-tests gems-bench gems-model gems-sweep zoo zoo-gems native
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:-/tmp/flagos-out}; mkdir -p "$OUT"
@@ -48,6 +48,11 @@ for s in "$@"; do
            timeout 540 python3 -m pytest -q -p no:cacheprovider --durations=10 integration_tests/models \
            2>&1 | tee "$OUT/zoo.log" | tail -40
          python3 integration_tests/models/zoo_table.py "$OUT/zoo-cuda.json" | tee "$OUT/zoo-cuda.md" ;;
+    zoo-gems) step zoo-gems  # a Transformers and a Diffusers model through the gems routes
+      PYTHONPATH=/tmp/site FLAGOS_ROUTES_FILE=gems FLAGOS_HAL=cuda FLAGOS_TEST_HW=cuda HF_HUB_OFFLINE=1 \
+        FLAGOS_ZOO_RESULTS="$OUT/zoo-gems.json" timeout ${ZOO_GEMS_TIMEOUT:-400} python3 -m pytest -q -p no:cacheprovider \
+        integration_tests/models/test_zoo.py -k "Llama or UNet2DModel" 2>&1 | tee "$OUT/zoo-gems.log" | tail -20
+      python3 integration_tests/models/zoo_table.py "$OUT/zoo-gems.json" | tee "$OUT/zoo-gems.md" ;;
     compile) step compile; FLAGOS_HAL=cuda timeout ${COMPILE_TIMEOUT:-400} python3 packages/flagos-compile/benchmarks/compile_speedup.py --device cuda \
              2>&1 | tee "$OUT/compile.log" | tail -30 ;;
     profile) step profile; FLAGOS_HAL=cuda timeout 150 python3 tools/gpu_profile_model.py flagos 2>&1 | tee "$OUT/profile-flagos.log" | tail -60
