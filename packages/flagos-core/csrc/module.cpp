@@ -11,6 +11,7 @@
 #include "compiled_code.h"
 #include "dispatch/cpu_dtype_gaps.h"
 #include "dispatch/dispatcher.h"
+#include "dispatch/provider_call.h"
 #include "dispatch/routed_as_themselves.h"
 #include "runtime/allocator.h"
 #include "runtime/generator.h"
@@ -194,6 +195,8 @@ PYBIND11_MODULE(_C, m) {
     flagos::register_provider(name, k, fn.is_none() ? nullptr : fn.ptr());
   }, py::arg("name"), py::arg("kind"), py::arg("fn") = py::none());
   m.def("_providers", &flagos::registered_providers);
+  m.def("_run_provider", &flagos::run_provider_from_python, py::arg("provider"), py::arg("op"),
+        py::arg("args"), py::arg("kwargs"), py::arg("device"));
   m.def("_routed_kernel_ops", &flagos::routed_kernel_ops);
   m.def("_route_ops_as_themselves", &flagos::route_ops_as_themselves);
   m.def("_cpu_dtype_gaps", &flagos::cpu_dtype_gap_counts);

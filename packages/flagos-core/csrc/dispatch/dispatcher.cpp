@@ -202,6 +202,26 @@ void run_routed(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::
   TORCH_CHECK(false, "flagos: no provider accepted ", st.name);
 }
 
+bool run_with_provider(const std::string& name, const c10::OperatorHandle& op,
+                       torch::jit::Stack* stack, c10::DeviceIndex device) {
+  auto p = find_provider(name);
+  TORCH_CHECK(p, "flagos: no provider named '", name, "' is registered with the core");
+  hal_device(device);
+  OpState& st = op_state(op);
+  Counters* c;
+  {
+    std::lock_guard<std::mutex> lock(st.mutex);
+    auto& slot = st.counters[name];
+    if (!slot) slot = std::make_unique<Counters>();
+    c = slot.get();
+  }
+  uint64_t t0 = op_clock::now();
+  bool accepted = run_provider(*p, op, stack, device);
+  if (accepted) record_call(c, op_clock::now() - t0);
+  else c->declined.fetch_add(1, std::memory_order_relaxed);
+  return accepted;
+}
+
 OpState& routing_state(const c10::OperatorHandle& op) {
   return op_state_slow(op, &op.operator_name());
 }

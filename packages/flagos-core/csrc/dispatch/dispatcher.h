@@ -48,6 +48,13 @@ void set_resolver(void* py_callable);
 std::vector<std::tuple<std::string, std::string, uint64_t, uint64_t, uint64_t>> routing_stats();
 void reset_routing_stats();
 
+// Runs `op` on `stack` with provider `name` alone (no chain, no CPU fallback after it):
+// true when it ran, false (stack untouched) when it declined. The call is counted under
+// (op, name) in routing_stats like a routed one. For shadow verification and the route
+// tuner, which must know which provider produced a result. Throws for an unregistered name.
+bool run_with_provider(const std::string& name, const c10::OperatorHandle& op,
+                       torch::jit::Stack* stack, c10::DeviceIndex device);
+
 // Engines, used by the providers and directly by tests.
 void run_twin(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DeviceIndex device);
 void run_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DeviceIndex device);

@@ -43,6 +43,12 @@ class CppBackend:
     def set_resolver(self, resolver: Callable[[str, int], list[str]]) -> None:
         _C._set_resolver(resolver)
 
+    def run_provider(self, provider: str, op: str, args: tuple, kwargs: dict, device: int
+                     ) -> object:
+        """Run ``op`` with ``provider`` alone (no chain, no CPU fallback): its results, or
+        ``NotImplemented`` when it declined. Shadow verification and the tuner use it."""
+        return _C._run_provider(provider, op, tuple(args), dict(kwargs), device)
+
 
 def _python_entry(fn: Callable[..., object]) -> Callable[[str, tuple, dict], object]:
     """Adapts a Provider (called with an OpOverload) to the C++ call (with the op name)."""
