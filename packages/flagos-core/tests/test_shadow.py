@@ -186,3 +186,22 @@ def test_environment(run_python) -> None:
         """)
     out = run_python(code, env={"FLAGOS_SHADOW": "aten::mm", "FLAGOS_SHADOW_RATE": "1"})
     assert out.stdout.split() == ["3", "0"]
+
+
+def test_every_op_of_a_training_step(device0) -> None:
+    """'*' shadows every routed op of a TinyLlama training step (native first where it
+    serves, so the checked providers include a C++ engine of another library): no
+    mismatches, and the step's loss equals the CPU's."""
+    from flagos.tuning import tinyllama
+
+    routing.set("hal.sim.default=native,boxing,cpu")
+    shadow.enable("*", rate=1.0)
+    routing.reset_stats()
+    want = tinyllama.training_step("tiny", "cpu")()
+    got = tinyllama.training_step("tiny", "flagos")()
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-5)
+    rows = [(op, p, r) for op, by in routing.stats().items() for p, r in by.items()]
+    checked = [(op, p) for op, p, r in rows if "shadowed" in r]
+    assert len(checked) > 20
+    assert not [(op, p, r["last_error"]) for op, p, r in rows if r.get("mismatches")]
+    assert all("shadowed" in r for op, p, r in rows if r["calls"]), "an op was not checked"

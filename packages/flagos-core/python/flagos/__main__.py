@@ -111,7 +111,7 @@ def format_info(info: dict[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m flagos`` and the ``flagos`` script."""
     parser = argparse.ArgumentParser(prog="python -m flagos",
-                                     description="flagos device information")
+                                     description="flagos device information and route tuning")
     sub = parser.add_subparsers(dest="command")
     info = sub.add_parser("info", help="HALs, devices, memory, op providers, routing table")
     info.add_argument("--json", action="store_true", help="print JSON instead of text")
