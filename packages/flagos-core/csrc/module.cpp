@@ -187,8 +187,12 @@ PYBIND11_MODULE(_C, m) {
     else if (kind == "external") {
       flagos::register_external_provider_capsule(name, fn.ptr());
       return;
+    } else if (kind == "wrapper") {
+      TORCH_CHECK(!fn.is_none(), "flagos: a wrapper provider needs a callable");
+      flagos::register_wrapper_provider(name, fn.ptr());
+      return;
     } else throw std::invalid_argument("flagos: unknown provider engine '" + kind +
-                                       "' (expected cpu, twin, python, foreign or external)");
+                                       "' (expected cpu, twin, python, foreign, external or wrapper)");
     TORCH_CHECK((k != flagos::EngineKind::PYTHON && k != flagos::EngineKind::FOREIGN) ||
                     !fn.is_none(),
                 "flagos: a ", kind, " provider needs a callable");

@@ -208,7 +208,8 @@ def register(backend: object) -> bool:
     returns whether it could."""
     if getattr(backend, "run_provider", None) is None:
         return False
-    backend.register_python_provider(SHADOW_PROVIDER, _shadow_call)
+    register_wrapper = getattr(backend, "register_wrapper_provider", None)
+    (register_wrapper or backend.register_python_provider)(SHADOW_PROVIDER, _shadow_call)
     return True
 
 
