@@ -87,7 +87,9 @@ class _State:
     counts: dict[tuple[str, str], _Counts] = field(default_factory=dict)
     # (whole op, provider) -> the error that quarantined it
     quarantine: dict[tuple[str, str], str] = field(default_factory=dict)
-    chains: dict[tuple[str, int, int], tuple[str, ...]] = field(default_factory=dict)
+    # (op, device) -> chain, for the routing table version `chains_version`
+    chains: dict[tuple[str, int], tuple[str, ...]] = field(default_factory=dict)
+    chains_version: int = -1
 
 
 _state = _State()
@@ -293,7 +295,9 @@ def _chain(op: str, device: int) -> tuple[str, ...]:
     from . import table
 
     version = table._state.version
-    key = (op, device, version)
+    if _state.chains_version != version:
+        _state.chains, _state.chains_version = {}, version
+    key = (op, device)
     chain = _state.chains.get(key)
     if chain is None:
         chain = table.decide(op, table.device_hals()[device]).chain

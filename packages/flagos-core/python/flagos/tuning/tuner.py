@@ -105,10 +105,10 @@ def _flagos_device(device: int) -> torch.device:
 
 
 def candidate_providers(exclude: Iterable[str] = ()) -> list[str]:
-    """Every provider a routing file may name that is installed here (``cpu`` included)."""
-    vocab = routing.table.vocabulary()
-    installed = set(routing.providers()) | set(routing.table._state.backend.cpp_providers())
-    return sorted((vocab.providers & installed) - {routing.shadow.SHADOW_PROVIDER} - set(exclude))
+    """The installed providers (:func:`flagos.routing.providers`: ``flagos.ops`` entry
+    points, :func:`flagos.routing.register_provider`, ``cpu``). A name only the C++ core
+    knows, with no provider describing what it serves, is not measured."""
+    return sorted(set(routing.providers()) - {routing.shadow.SHADOW_PROVIDER} - set(exclude))
 
 
 def _unavailable(name: str, hal: str) -> str:
