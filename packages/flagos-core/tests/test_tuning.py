@@ -118,7 +118,9 @@ def test_tinyllama_tuned_routes_load_and_match_cpu(tmp_path: Path) -> None:
 def test_cli(tmp_path: Path, run_python) -> None:
     out = tmp_path / "routes.toml"
     wl = tmp_path / "w.json"
-    rc = flagos_main(["tune", "--builtin", "small", "--ops", "aten::mm,aten::silu", "--reps", "3",
+    # The providers a fresh process has too (another test may have registered its own here).
+    rc = flagos_main(["tune", "--builtin", "small", "--ops", "aten::mm,aten::silu",
+                      "--providers", "boxing,cpu", "--reps", "3",
                     "--warmup", "1", "--target-ms", "0.2", "-q", "-o", str(out),
                     "--save-workload", str(wl), "--json", str(tmp_path / "m.json")])
     assert rc == 0
