@@ -22,4 +22,10 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
   --platform manylinux2014_x86_64 -d .whl diffusers==0.42.1 huggingface-hub==1.33.0 \
   click hf-xet importlib_metadata zipp pillow requests charset_normalizer idna urllib3 certifi
+# The ONNX exporter and the sim graph compiler (whole-graph offload, noxfile OFFLOAD), without
+# dependencies beyond their own small ones (numpy and typing-extensions are on the machine).
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+  --platform manylinux2014_x86_64 -d .whl onnx==1.23.2 onnxscript==0.7.2 onnx-ir==1.1.0 \
+  ml_dtypes==0.7.0 protobuf==7.36.2
 ls .whl

@@ -12,6 +12,7 @@
 #include "dispatch/cpu_dtype_gaps.h"
 #include "dispatch/dispatcher.h"
 #include "dispatch/routed_as_themselves.h"
+#include "graph/graph.h"
 #include "runtime/allocator.h"
 #include "runtime/generator.h"
 #include "runtime/hal.h"
@@ -77,6 +78,7 @@ PYBIND11_MODULE(_C, m) {
   flagos::register_provider("cpu", flagos::EngineKind::CPU);
 
   flagos::bind_compiled_code_helpers(m);
+  flagos::bind_graph(m);
   m.def("_init_hals", &flagos::init_hals, py::arg("paths"));
   m.def("_hals_initialized", &flagos::hals_initialized);
   m.def("_hal_info", &hal_info);
