@@ -43,14 +43,14 @@ def _reference(x: list[float], w: list[float], b: list[float]) -> list[float]:
 def _artifact(hal: Hal) -> tuple[bytes, str, list[float], list[float]]:
     """A compiled relu(x @ w + b) * 2 for this HAL: (artifact, format, w, b)."""
     from flagos_hal.graph_compiler import CompileError, find
-    try:
-        from onnx import TensorProto, helper
-    except ImportError:
-        raise Skip("the onnx package is not installed (pip install 'flagos-hal[graph]')") from None
     compiler = find(hal.name)
     if compiler is None:
         raise Skip(f"no graph compiler registered for HAL '{hal.name}' (entry point group "
                    "flagos.graph_compiler)")
+    try:
+        from onnx import TensorProto, helper
+    except ImportError:
+        raise Skip("the onnx package is not installed (pip install 'flagos-hal[graph]')") from None
     fmt = next((f for f in compiler.formats if f in hal.graph_formats()), None)
     if fmt is None:
         raise AssertionError(f"the compiler writes {compiler.formats}, the HAL loads "
