@@ -15,11 +15,8 @@ from __future__ import annotations
 import argparse
 import copy
 import functools
-import json
 import os
-import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,25 +24,6 @@ import time
 os.environ.setdefault("FLAGOS_NO_HOST_ALIAS", "1")
 
 import torch
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=os.path.dirname(os.path.abspath(__file__)), check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def per_call(fn, sync, iters: int) -> float:
@@ -63,15 +41,34 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--batches", default="1,8", help="comma-separated batch sizes")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="torch CPU threads (default: torch's choice); the sim plan runs on one")
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     import flagos_compile  # noqa: F401 - registers flagos with Dynamo
+    from flagos.bench_results import Plot, Table, write_json
     from flagos_compile.models import RobotPolicy
     from flagos_compile.offload import OffloadBackend
 
     torch.manual_seed(0)
     base = RobotPolicy().eval()
-    rows = []
+    table = Table(
+        "offload_policy",
+        ("Robot policy net on sim with opaque memory (FLAGOS_NO_HOST_ALIAS=1): eager through CPU "
+         f"fallback vs whole-graph offload vs native CPU eager, per inference, median of {args.rounds} rounds"),
+        ["model", "offloaded regions", "flagos eager via CPU fallback ms", "flagos offloaded ms",
+         "native CPU eager ms", "offloaded speedup over eager fallback", "offloaded time / CPU eager"],
+        notes=[
+            ("torch.no_grad(); eager: every op through flagos' CPU fallback (copy to the host, CPU "
+             "kernel, copy back)"),
+            ("offloaded: one flagos-sim-plan-v1 graph on the sim stream (the sim HAL's own "
+             "single-threaded float32 kernels) plus the compiled wrapper's per-call work"),
+            f"native CPU eager: the same model in plain PyTorch on the host ({torch.get_num_threads()} threads)",
+        ],
+        plot=Plot("bar", "model", ["offloaded speedup over eager fallback"],
+                  ylabel="eager-fallback time / offloaded time", reference=1.0))
     cache = tempfile.mkdtemp(prefix="flagos_offload_bench_")
     for batch in [int(b) for b in args.batches.split(",")]:
         image, state = torch.randn(batch, 3, 64, 64), torch.randn(batch, 8)
@@ -98,35 +95,11 @@ def main() -> None:
                 for k, (fn, sync) in variants.items():
                     times[k].append(per_call(fn, sync, args.iters))
         med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
-        rows.append([f"RobotPolicy b={batch} 64x64", regions, round(med["eager"], 3), round(med["offloaded"], 3),
-                     round(med["cpu"], 3), round(med["eager"] / med["offloaded"], 2),
-                     round(med["offloaded"] / med["cpu"], 2)])
-    columns = ["model", "offloaded regions", "flagos eager via CPU fallback (ms)", "flagos offloaded (ms)",
-               "native CPU eager (ms)", "offloaded speedup over eager fallback", "offloaded time / CPU eager"]
-    widths = [max(len(str(c)), *(len(str(r[i])) for r in rows)) for i, c in enumerate(columns)]
-    print("  ".join(str(c).ljust(w) for c, w in zip(columns, widths)))
-    for r in rows:
-        print("  ".join(str(v).ljust(w) for v, w in zip(r, widths)))
+        table.add(f"RobotPolicy b={batch} 64x64", regions, med["eager"], med["offloaded"], med["cpu"],
+                  med["eager"] / med["offloaded"], med["offloaded"] / med["cpu"])
+    print(table.format())
     if args.json:
-        result = {
-            "benchmark": "offload_policy",
-            "title": "Robot policy net on sim with opaque memory: eager CPU fallback vs whole-graph offload vs CPU",
-            "machine": _cpu_name(),
-            "torch": torch.__version__,
-            "commit": _commit(),
-            "command": "python packages/flagos-compile/benchmarks/offload_policy.py --json offload_policy.json",
-            "columns": columns,
-            "rows": rows,
-            "notes": [
-                "Per-inference time, median of interleaved rounds, torch.no_grad(), FLAGOS_NO_HOST_ALIAS=1.",
-                "Eager: every op through flagos' CPU fallback (device-to-host copy, CPU kernel, copy back).",
-                ("Offloaded: one flagos-sim-plan-v1 graph on the sim stream (the sim HAL's own single-threaded "
-                 "float32 kernels), plus the compiled wrapper's per-call work."),
-                "CPU eager: the same model in plain PyTorch on the host CPU (oneDNN/MKL kernels, all cores).",
-            ],
-        }
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
+        write_json(args.json, [table])
         print(f"wrote {args.json}")
 
 
