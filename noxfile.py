@@ -37,6 +37,9 @@ FLAG_GEMS_CUDA = ["flag-gems>=5.0.2,<5.1", "sqlalchemy>=2.0"]
 MODEL_ZOO = ["transformers>=5.17,<5.24", "diffusers>=0.42,<0.43",
              # from_pretrained(..., device_map="flagos") (flagos-quant's checkpoint tests)
              "accelerate>=1.0,<2"]
+# Whole-graph offload: torch's ONNX exporter (flagos-compile[offload]) and the sim graph
+# compiler (flagos-hal[graph]). Neither depends on torch.
+OFFLOAD = ["onnx>=1.17,<1.24", "onnxscript>=0.7,<0.8"]
 # The benchmarks page's plots.
 MATPLOTLIB = "matplotlib>=3.8,<4"
 
@@ -111,7 +114,7 @@ def tests(session: nox.Session, hw: str) -> None:
         session.install(TRITON_CPU)
     else:
         session.install("--no-deps", *FLAG_GEMS_CUDA)
-    session.install(*MODEL_ZOO, *([] if hw == "cuda" else [TORCH_CPU]))
+    session.install(*MODEL_ZOO, *OFFLOAD, *([] if hw == "cuda" else [TORCH_CPU]))
     env = {"FLAGOS_TEST_HW": hw, "FLAGOS_HAL": hw, "HF_HUB_OFFLINE": "1"}
     session.run("python", "-m", "flagos_hal.conformance", "--hal", hw, env=env)
     if hw == "sim":
@@ -200,7 +203,7 @@ def compat(session: nox.Session, torch: str) -> None:
     # The tests' own dependencies, as the tests session installs them; a CUDA build of torch
     # brings its own Triton (the gems provider's tests run its interpreter).
     pin = TORCH_CPU if torch == "2.13" else f"torch=={version}"
-    session.install(*MODEL_ZOO, *([TRITON_CPU] if torch == "2.13" else []), pin)
+    session.install(*MODEL_ZOO, *OFFLOAD, *([TRITON_CPU] if torch == "2.13" else []), pin)
     # FLAGOS_COMPAT_RUN: the check that every tested release has results on record skips
     # (this run is making them).
     env = {"FLAGOS_TEST_HW": "sim", "FLAGOS_HAL": "sim", "HF_HUB_OFFLINE": "1",

@@ -27,4 +27,10 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
   --platform manylinux2014_x86_64 -d .whl accelerate==1.15.0 psutil
+# The ONNX exporter and the sim graph compiler (whole-graph offload, noxfile OFFLOAD), without
+# dependencies beyond their own small ones (numpy and typing-extensions are on the machine).
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+  --platform manylinux2014_x86_64 -d .whl onnx==1.23.2 onnxscript==0.7.2 onnx-ir==1.1.0 \
+  ml_dtypes==0.7.0 protobuf==7.36.2
 ls .whl

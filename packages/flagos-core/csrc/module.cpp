@@ -13,6 +13,7 @@
 #include "dispatch/dispatcher.h"
 #include "dispatch/provider_call.h"
 #include "dispatch/routed_as_themselves.h"
+#include "graph/graph.h"
 #include "runtime/allocator.h"
 #include "runtime/generator.h"
 #include "runtime/hal.h"
@@ -78,6 +79,7 @@ PYBIND11_MODULE(_C, m) {
   flagos::register_provider("cpu", flagos::EngineKind::CPU);
 
   flagos::bind_compiled_code_helpers(m);
+  flagos::bind_graph(m);
   m.def("_init_hals", &flagos::init_hals, py::arg("paths"));
   m.def("_hals_initialized", &flagos::hals_initialized);
   m.def("_hal_info", &hal_info);

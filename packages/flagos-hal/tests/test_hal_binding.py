@@ -214,7 +214,7 @@ def test_abi_mismatch_names_library_and_versions(tmp_path):
     with pytest.raises(flagos_hal.HalAbiError) as e:
         flagos_hal.load(str(lib))
     msg = str(e.value)
-    assert str(lib) in msg and "expected 1.0" in msg and "found 2.3" in msg
+    assert str(lib) in msg and "expected 1.1" in msg and "found 2.3" in msg
 
 
 def test_not_a_hal(tmp_path):

@@ -43,3 +43,26 @@ class ConvNet(nn.Module):
         x = F.relu(self.bn(self.c1(x)))
         x = F.relu(self.c2(x))
         return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
+class RobotPolicy(nn.Module):
+    """A small visuomotor policy, the kind an edge chip on a robot runs: a conv encoder of
+    the camera image, its features joined with the proprioceptive state, and an MLP action
+    head with a LayerNorm; actions in [-1, 1]."""
+
+    def __init__(self, channels: int = 16, state: int = 8, hidden: int = 64, actions: int = 7) -> None:
+        super().__init__()
+        c = channels
+        self.encoder = nn.Sequential(
+            nn.Conv2d(3, c, 3, stride=2, padding=1), nn.ReLU(),
+            nn.Conv2d(c, 2 * c, 3, stride=2, padding=1), nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(2 * c, 2 * c, 3, padding=1), nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1), nn.Flatten())
+        self.fuse = nn.Linear(2 * c + state, hidden)
+        self.norm = nn.LayerNorm(hidden)
+        self.head = nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, actions), nn.Tanh())
+
+    def forward(self, image: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        features = torch.cat([self.encoder(image), state], dim=1)
+        return self.head(self.norm(F.relu(self.fuse(features))))

@@ -16,6 +16,11 @@
  * table the vendor built, so a newer loader never reads past an older vendor's
  * table (see FLAGOS_HAL_HAS()).
  *
+ * ABI 1.1 appends the optional graph runtime (graph_*): a HAL whose chip runs whole
+ * compiled graphs (an edge NPU whose vendor compiles a model offline) fills them in; a HAL
+ * that does not leaves them NULL, and a 1.0 table simply ends before them. Check with
+ * FLAGOS_HAL_HAS(table, graph_load) before use.
+ *
  * Conventions.
  *  - Every function returns a flagos_status_t; results come back through
  *    out-parameters, which are left untouched on failure.
@@ -38,7 +43,7 @@ extern "C" {
 #endif
 
 #define FLAGOS_HAL_ABI_MAJOR 1u
-#define FLAGOS_HAL_ABI_MINOR 0u
+#define FLAGOS_HAL_ABI_MINOR 1u
 #define FLAGOS_HAL_ABI_VERSION ((FLAGOS_HAL_ABI_MAJOR << 16) | FLAGOS_HAL_ABI_MINOR)
 #define FLAGOS_HAL_ENTRY_SYMBOL "flagos_hal_get_table"
 
@@ -91,6 +96,33 @@ typedef enum flagos_pointer_type {
 
 typedef struct flagos_stream_s* flagos_stream_t; /* opaque; owned by the HAL */
 typedef struct flagos_event_s* flagos_event_t;   /* opaque; owned by the HAL */
+
+typedef struct flagos_graph_s* flagos_graph_t;   /* opaque; a loaded compiled graph */
+
+/* Element types of graph inputs and outputs. */
+typedef enum flagos_dtype {
+  FLAGOS_DTYPE_FLOAT32 = 0,
+  FLAGOS_DTYPE_FLOAT16 = 1,
+  FLAGOS_DTYPE_BFLOAT16 = 2,
+  FLAGOS_DTYPE_INT64 = 3,
+  FLAGOS_DTYPE_INT32 = 4,
+  FLAGOS_DTYPE_INT8 = 5,
+  FLAGOS_DTYPE_UINT8 = 6,
+  FLAGOS_DTYPE_BOOL = 7
+} flagos_dtype_t;
+
+#define FLAGOS_GRAPH_MAX_DIMS 8
+
+/* One input or output of a loaded graph: a dense row-major tensor of a static shape. */
+typedef struct flagos_graph_tensor_info {
+  uint32_t struct_size;  /* caller sets sizeof(flagos_graph_tensor_info_t); the HAL writes at
+                            most that many bytes */
+  char name[64];         /* the name the artifact gives it (NUL-terminated, may be cut) */
+  flagos_dtype_t dtype;
+  int32_t ndim;          /* 0 .. FLAGOS_GRAPH_MAX_DIMS */
+  int64_t shape[FLAGOS_GRAPH_MAX_DIMS];
+  uint64_t size_bytes;   /* product of shape times the element size */
+} flagos_graph_tensor_info_t;
 
 typedef struct flagos_device_properties {
   uint32_t struct_size;        /* caller sets sizeof(flagos_device_properties_t) */
@@ -200,6 +232,42 @@ typedef struct flagos_hal_table {
   /* Milliseconds between two completed, timing-enabled events (end - start).
    * NOT_READY if either has not completed; INVALID_HANDLE if timing is disabled. */
   flagos_status_t (*event_elapsed_time)(float* ms, flagos_event_t start, flagos_event_t end);
+
+  /* ---- graph runtime (ABI 1.1, optional: NULL when the chip runs no compiled graphs) ---
+   * A graph is an artifact that the HAL's graph compiler (a separate, offline toolchain,
+   * found through the Python entry point group `flagos.graph_compiler`) produced from an
+   * exchange format (ONNX). The runtime loads it onto one device (weights included) and
+   * executes it on caller-owned device buffers, on a stream, like any other device work. */
+  /* The artifact formats graph_load accepts, comma-separated ("acme-npu-v2,acme-npu-v3");
+   * static storage. */
+  flagos_status_t (*graph_get_formats)(const char** formats);
+  /* Load an artifact of `format` (one of graph_get_formats) onto `device`; the bytes are
+   * copied, the caller may free them on return. An unknown format is NOT_SUPPORTED; a
+   * malformed or truncated artifact is INVALID_VALUE, with the detail in the last-error
+   * message. Synchronous; the graph is usable on any stream of `device`. */
+  flagos_status_t (*graph_load)(int device, const char* format, const void* artifact, size_t size,
+                                flagos_graph_t* graph);
+  /* How many inputs and outputs the graph has, and how many bytes of device scratch memory
+   * one execution needs (0 if none). */
+  flagos_status_t (*graph_get_info)(flagos_graph_t graph, int* num_inputs, int* num_outputs,
+                                    size_t* workspace_size);
+  /* Describe input (`is_output` 0) or output (1) number `index`: name, dtype, static shape.
+   * An index out of range is INVALID_VALUE. */
+  flagos_status_t (*graph_get_tensor_info)(flagos_graph_t graph, int is_output, int index,
+                                           flagos_graph_tensor_info_t* info);
+  /* Queue one execution on `stream` (a stream of the graph's device) and return: it reads
+   * `inputs` and writes `outputs` (device pointers of dense tensors as graph_get_tensor_info
+   * describes them, counts as graph_get_info gives) when the stream reaches it, in order with
+   * the stream's other work. `workspace` is device memory of at least workspace_size bytes
+   * (NULL when 0), used only by this execution: the caller keeps it, the inputs and the
+   * outputs alive and unchanged until the stream passes the execution. Outputs must not
+   * overlap inputs. A count, pointer or stream that does not fit is INVALID_VALUE (or
+   * INVALID_HANDLE) and nothing is queued. */
+  flagos_status_t (*graph_execute)(flagos_graph_t graph, const void* const* inputs, int num_inputs,
+                                   void* const* outputs, int num_outputs, void* workspace,
+                                   flagos_stream_t stream);
+  /* Release a graph and its device memory once its queued executions have finished. */
+  flagos_status_t (*graph_destroy)(flagos_graph_t graph);
   /* Add new functions here, after the last one, and bump FLAGOS_HAL_ABI_MINOR. */
 } flagos_hal_table_t;
 

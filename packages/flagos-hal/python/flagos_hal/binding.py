@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 
 ABI_MAJOR = 1
-ABI_MINOR = 0
+ABI_MINOR = 1
 ABI_VERSION = (ABI_MAJOR << 16) | ABI_MINOR
 ENTRY_SYMBOL = "flagos_hal_get_table"
 
@@ -73,6 +73,41 @@ class HalError(RuntimeError):
 
 class HalAbiError(HalError):
     """The library is not a flagos HAL of this ABI major."""
+
+
+class Dtype(enum.IntEnum):
+    """Element types of graph inputs and outputs (flagos_dtype_t)."""
+    FLOAT32 = 0
+    FLOAT16 = 1
+    BFLOAT16 = 2
+    INT64 = 3
+    INT32 = 4
+    INT8 = 5
+    UINT8 = 6
+    BOOL = 7
+
+
+GRAPH_MAX_DIMS = 8
+
+
+class GraphTensorInfoStruct(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("name", ctypes.c_char * 64),
+        ("dtype", ctypes.c_int),
+        ("ndim", ctypes.c_int32),
+        ("shape", ctypes.c_int64 * GRAPH_MAX_DIMS),
+        ("size_bytes", ctypes.c_uint64),
+    ]
+
+
+@dataclass(frozen=True)
+class GraphTensorInfo:
+    """One input or output of a loaded graph: a dense row-major tensor of a static shape."""
+    name: str
+    dtype: Dtype
+    shape: tuple[int, ...]
+    size_bytes: int
 
 
 class DeviceProperties(ctypes.Structure):
@@ -148,7 +183,17 @@ TABLE_FUNCTIONS: list[tuple[str, list]] = [
     ("event_query", [_vp]),
     ("event_synchronize", [_vp]),
     ("event_elapsed_time", [ctypes.POINTER(ctypes.c_float), _vp, _vp]),
+    # ABI 1.1: the optional graph runtime.
+    ("graph_get_formats", [_cstr_p]),
+    ("graph_load", [_i, ctypes.c_char_p, _vp, _sz, _vpp]),
+    ("graph_get_info", [_vp, _int_p, _int_p, _size_p]),
+    ("graph_get_tensor_info", [_vp, _i, _i, ctypes.POINTER(GraphTensorInfoStruct)]),
+    ("graph_execute", [_vp, _vpp, _i, _vpp, _i, _vp, _vp]),
+    ("graph_destroy", [_vp]),
 ]
+
+# The functions of the graph runtime (ABI 1.1): a HAL has all of them or none.
+GRAPH_FUNCTIONS = [name for name, _ in TABLE_FUNCTIONS if name.startswith("graph_")]
 
 
 class Table(ctypes.Structure):
@@ -381,6 +426,46 @@ class Hal:
         ms = ctypes.c_float()
         self.call("event_elapsed_time", ctypes.byref(ms), start, end)
         return ms.value
+
+    # ---- graph runtime (ABI 1.1, optional) -------------------------------------------
+    def has_graph_runtime(self) -> bool:
+        """Whether the table has the whole graph runtime (every graph_* function)."""
+        return all(self.has(f) for f in GRAPH_FUNCTIONS)
+
+    def graph_formats(self) -> list[str]:
+        """The artifact formats graph_load accepts ([] for a HAL without a graph runtime)."""
+        if not self.has_graph_runtime():
+            return []
+        return [f for f in self._string("graph_get_formats").split(",") if f]
+
+    def graph_load(self, device: int, fmt: str, artifact: bytes) -> int:
+        """Load a compiled artifact of format `fmt` onto `device`; returns the graph handle."""
+        buf = ctypes.create_string_buffer(bytes(artifact), len(artifact))
+        return self._out("graph_load", ctypes.c_void_p, device, fmt.encode(), ctypes.addressof(buf),
+                         len(artifact))
+
+    def graph_info(self, graph: int) -> tuple[int, int, int]:
+        """(number of inputs, number of outputs, workspace bytes) of a loaded graph."""
+        n_in, n_out, ws = ctypes.c_int(), ctypes.c_int(), ctypes.c_size_t()
+        self.call("graph_get_info", graph, ctypes.byref(n_in), ctypes.byref(n_out), ctypes.byref(ws))
+        return n_in.value, n_out.value, ws.value
+
+    def graph_tensor_info(self, graph: int, is_output: bool, index: int) -> GraphTensorInfo:
+        t = GraphTensorInfoStruct(struct_size=ctypes.sizeof(GraphTensorInfoStruct))
+        self.call("graph_get_tensor_info", graph, int(is_output), index, ctypes.byref(t))
+        return GraphTensorInfo(t.name.decode(errors="replace"), Dtype(t.dtype),
+                               tuple(t.shape[: t.ndim]), t.size_bytes)
+
+    def graph_execute(self, graph: int, inputs: list[int], outputs: list[int], workspace: int,
+                      stream: int) -> None:
+        """Queue one execution on `stream`: device pointers of the inputs and outputs."""
+        ins = (ctypes.c_void_p * max(len(inputs), 1))(*inputs)
+        outs = (ctypes.c_void_p * max(len(outputs), 1))(*outputs)
+        self.call("graph_execute", graph, ins, len(inputs), outs, len(outputs), workspace or None,
+                  stream)
+
+    def graph_destroy(self, graph: int) -> None:
+        self.call("graph_destroy", graph)
 
     def _ready(self, function: str, handle: int) -> bool:
         status = self.raw(function, handle)

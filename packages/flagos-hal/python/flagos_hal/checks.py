@@ -18,6 +18,7 @@ from flagos_hal.binding import (
     ABI_MAJOR,
     EVENT_BLOCKING_SYNC,
     EVENT_DISABLE_TIMING,
+    GRAPH_FUNCTIONS,
     TABLE_FUNCTIONS,
     DeviceProperties,
     Hal,
@@ -170,11 +171,16 @@ def _identity(hal: Hal):
 
 @check("abi_table", devices=0)
 def _abi_table(hal: Hal):
-    """ABI major matches, the table is complete, every function pointer is set."""
+    """ABI major matches, the table is complete, every function pointer is set (the optional
+    graph runtime: all of its functions or none)."""
     expect(hal.abi_version >> 16 == ABI_MAJOR, f"ABI {version_string(hal.abi_version)}")
-    missing = [name for name, _ in TABLE_FUNCTIONS if not hal.has(name)]
+    missing = [name for name, _ in TABLE_FUNCTIONS if not hal.has(name) and name not in GRAPH_FUNCTIONS]
     expect(not missing, f"NULL functions in the table: {', '.join(missing)}")
-    return f"ABI {version_string(hal.abi_version)}, {hal.table.struct_size} bytes"
+    graph = [name for name in GRAPH_FUNCTIONS if hal.has(name)]
+    expect(not graph or len(graph) == len(GRAPH_FUNCTIONS),
+           f"a partial graph runtime: {', '.join(graph)} set, the others NULL")
+    return (f"ABI {version_string(hal.abi_version)}, {hal.table.struct_size} bytes"
+            + (", graph runtime" if graph else ""))
 
 
 @check("error_strings", devices=0)
@@ -822,3 +828,7 @@ def _last_error(hal: Hal):
     except HalError as e:
         expect(hal.name in str(e) and "set_device" in str(e), f"HalError text: {e}")
     return f"e.g. {mine!r}"
+
+
+# The optional graph runtime's checks register themselves here, after the ones above.
+from flagos_hal import graph_checks  # noqa: F401

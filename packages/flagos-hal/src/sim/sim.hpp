@@ -3,6 +3,7 @@
 //   device.cpp  configuration (FLAGOS_SIM_*), fault injection, identity, devices, the entry
 //   memory.cpp  an arena of host memory per device with a best-fit allocator
 //   stream.cpp  streams as worker threads, events as markers in their queues
+//   graph.cpp   the graph runtime: loads plans (plan.hpp) and runs them on a stream
 #pragma once
 
 #include <atomic>
@@ -20,6 +21,7 @@
 
 #include "flagos_hal/kit/kit.hpp"
 #include "flagos_hal/sim_runtime.h"
+#include "plan.hpp"
 
 namespace flagos_sim {
 
@@ -73,6 +75,20 @@ struct SimEvent : kit::EventBase {
   std::shared_ptr<Capture> capture();
 };
 
+// ---- graphs (graph.cpp) -------------------------------------------------------------
+// A loaded plan with its constants in device memory; shared by the graph and its queued
+// executions, so destroying the graph while they are pending is safe.
+struct LoadedPlan {
+  plan::Plan plan;
+  int device = 0;
+  void* constants = nullptr;
+  size_t constant_bytes = 0;
+  ~LoadedPlan();
+};
+struct SimGraph : kit::GraphBase {
+  std::shared_ptr<const LoadedPlan> loaded;
+};
+
 // ---- the vendor class the kit calls ------------------------------------------------
 struct Sim : kit::VendorDefaults {
   static constexpr const char* kName = "sim";
@@ -81,10 +97,17 @@ struct Sim : kit::VendorDefaults {
   static constexpr bool kSyncWaitsForDefaultStream = true;
   using Stream = SimStream;
   using Event = SimEvent;
+  using Graph = SimGraph;
 
   FLAGOS_HAL_KIT_RUNTIME_CALLS()
   // optional: the fault injection point (device.cpp)
   static Status intercept(kit::Op op);
+  // the graph runtime (kit/graph.hpp)
+  static const char* graph_formats();
+  static Status graph_load(Graph& g, const char* format, const void* artifact, size_t size);
+  static Status graph_execute(Graph& g, const void* const* inputs, void* const* outputs, void* workspace,
+                              Stream& stream);
+  static Status graph_destroy(Graph& g);
 };
 
 }  // namespace flagos_sim

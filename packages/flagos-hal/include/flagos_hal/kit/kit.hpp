@@ -63,6 +63,7 @@
 
 #include "flagos_hal/flagos_hal.h"
 #include "flagos_hal/kit/errors.hpp"
+#include "flagos_hal/kit/graph.hpp"
 #include "flagos_hal/kit/registry.hpp"
 #include "flagos_hal/status_text.h"
 
@@ -234,6 +235,10 @@ class Hal {
   static std::vector<std::shared_ptr<Stream>> device_streams(int device) {
     return state().streams.select([device](const Stream& s) { return s.device == device; });
   }
+
+  // For the kit's graph runtime (graph.hpp): the checks of the other calls.
+  static Status require_device(int device, const char* fn) { return check_device(device, fn); }
+  static int device_of_range(const void* p, size_t n) { return state().allocs.device_of_range(p, n); }
 
   static const flagos_hal_table_t* table() {
     static const flagos_hal_table_t t = make_table();
@@ -867,6 +872,15 @@ class Hal {
     t.event_query = detail::Guarded<&event_query>::call;
     t.event_synchronize = detail::Guarded<&event_synchronize>::call;
     t.event_elapsed_time = detail::Guarded<&event_elapsed_time>::call;
+    if constexpr (detail::HasGraph<V>::value) {  // the optional graph runtime (graph.hpp)
+      using G = GraphRuntime<V, Hal<V>>;
+      t.graph_get_formats = detail::Guarded<&G::get_formats>::call;
+      t.graph_load = detail::Guarded<&G::load>::call;
+      t.graph_get_info = detail::Guarded<&G::get_info>::call;
+      t.graph_get_tensor_info = detail::Guarded<&G::get_tensor_info>::call;
+      t.graph_execute = detail::Guarded<&G::execute>::call;
+      t.graph_destroy = detail::Guarded<&G::destroy>::call;
+    }
     return t;
   }
 
