@@ -11,13 +11,18 @@
    single-threaded loops, so this ratio says little about a real chip, where the copies
    cross a bus and the kernels are the vendor's.
 
-    python packages/flagos-ops-native/benchmarks/native_overhead.py [--iters N] [--steps N]
+    python packages/flagos-ops-native/benchmarks/native_overhead.py [--iters N] [--repeats N]
+        [--steps N] [--json PATH]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import platform
+import statistics
+import subprocess
 import time
 
 os.environ["FLAGOS_NO_HOST_ALIAS"] = "1"
@@ -29,40 +34,59 @@ from flagos.models.llama import LlamaConfig, TinyLlama
 from flagos_ops_native import _engine, manifest_dir
 
 
-def per_call(iters: int) -> None:
+def per_call(iters: int, repeats: int) -> list[list]:
+    """The per-call host costs, each measured `repeats` times interleaved (the machine may
+    be loaded by other work; the minimum of each is reported, with the median)."""
     lib = _engine.open_library(str(manifest_dir().parent / "lib" / "libsimk.so"),
                                "simkGetAbiVersion", 1 << 16, 2 << 16, "simkGetLastError")
     a, b = torch.randn(16, device="flagos"), torch.randn(16, device="flagos")
     out = torch.empty(16, device="flagos")
     ca, cb, cout = a.cpu(), b.cpu(), out.cpu()
-    with flagos.routing.override({"aten::add": ["native"]}):
-        for _ in range(3):  # warm: routes resolved, forms made, caches filled
-            direct = _engine.time_direct_binary(lib, "simkAddGetWorkspaceSize", "simkAdd", a, b,
-                                                out, iters)
-            torch.flagos.synchronize()
-            routed = _engine.time_dispatch_add_out(a, b, out, iters)
-            torch.flagos.synchronize()
-        torch.flagos.synchronize()
+    times: dict[str, list[float]] = {k: [] for k in ("direct", "engine", "routed", "python")}
+
+    def python_loop() -> float:
         t0 = time.perf_counter()
         for _ in range(iters):
             torch.add(a, b, out=out)
-        python = (time.perf_counter() - t0) / iters * 1e9
-        torch.flagos.synchronize()
+        return (time.perf_counter() - t0) / iters * 1e9
+
+    with flagos.routing.override({"aten::add": ["native"]}):
+        for r in range(repeats + 1):  # the first round warms: routes, forms, caches
+            runs = {
+                "direct": lambda: _engine.time_direct_binary(
+                    lib, "simkAddGetWorkspaceSize", "simkAdd", a, b, out, iters),
+                "engine": lambda: _engine.time_engine_add_out(a, b, out, iters),
+                "routed": lambda: _engine.time_dispatch_add_out(a, b, out, iters),
+                "python": python_loop,
+            }
+            for name, run in runs.items():
+                t = run()
+                torch.flagos.synchronize()
+                if r:
+                    times[name].append(t)
         assert flagos.routing.stats()["aten::add.out"]["native"]["calls"] >= iters
     cpu_cpp = _engine.time_dispatch_add_out(ca, cb, cout, iters)
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        torch.add(ca, cb, out=cout)
-    cpu_python = (time.perf_counter() - t0) / iters * 1e9
-    print(f"host cost per call, add of 16 float32, {iters} calls (ns):")
-    print(f"  simk kernel called directly (plan + execute):     {direct:8.0f}")
-    print(f"  at::add_out from C++ through flagos -> native:    {routed:8.0f}   "
-          f"added by the native path: {routed - direct:6.0f} ns")
-    print(f"  torch.add(out=) from Python through native:       {python:8.0f}")
-    print(f"  for scale, the same on CPU tensors: C++ {cpu_cpp:.0f}, Python {cpu_python:.0f}")
+    best = {k: min(v) for k, v in times.items()}
+    med = {k: statistics.median(v) for k, v in times.items()}
+    print(f"host cost per call, add of 16 float32, {iters} calls x {repeats} rounds "
+          "(ns, min / median):")
+    rows = [
+        ["simk kernel called directly (plan + execute)", best["direct"], med["direct"], 0.0],
+        ["native engine alone on a boxed add.out", best["engine"], med["engine"],
+         best["engine"] - best["direct"]],
+        ["at::add_out from C++ through flagos -> native", best["routed"], med["routed"],
+         best["routed"] - best["direct"]],
+        ["torch.add(out=) from Python through native", best["python"], med["python"],
+         best["python"] - best["direct"]],
+        ["for scale: at::add_out on CPU tensors", cpu_cpp, cpu_cpp, 0.0],
+    ]
+    for name, lo, mid, added in rows:
+        extra = f"   added over direct: {added:6.0f}" if added else ""
+        print(f"  {name:<48} {lo:7.0f} / {mid:7.0f}{extra}")
+    return rows
 
 
-def llama(steps: int) -> None:
+def llama(steps: int) -> list[list]:
     torch.manual_seed(0)
     cfg = LlamaConfig()
     model = TinyLlama(cfg).to("flagos")
@@ -88,15 +112,47 @@ def llama(steps: int) -> None:
     ratio = times["cpu fallback only"] / times["native + fallback"]
     print(f"  speedup of native + fallback over the fallback alone: {ratio:.2f}x "
           "(sim: copies are host memcpys, kernels single-threaded loops)")
+    return [[f"TinyLlama fwd+bwd: {name}", t * 1e3] for name, t in times.items()]
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--iters", type=int, default=20000)
+    p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--json", help="also write the results as benchmark JSON to this path")
     args = p.parse_args()
-    per_call(args.iters)
-    llama(args.steps)
+    calls = per_call(args.iters, args.repeats)
+    model = llama(args.steps)
+    if args.json:
+        write_json(args.json, calls, model)
+
+
+def write_json(path: str, calls: list[list], model: list[list]) -> None:
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, check=True, cwd=os.path.dirname(__file__)).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown"
+    doc = {
+        "benchmark": "native_overhead",
+        "title": "native provider on sim: host cost per call, TinyLlama fwd+bwd",
+        "machine": platform.processor() or platform.machine(),
+        "torch": torch.__version__,
+        "commit": commit,
+        "command": "python packages/flagos-ops-native/benchmarks/native_overhead.py",
+        "columns": ["what", "min ns (or ms)", "median ns (or ms)", "ns added over direct"],
+        "rows": [[n, round(lo, 1), round(mid, 1), round(add, 1)] for n, lo, mid, add in calls]
+        + [[n, round(ms, 2), round(ms, 2), 0.0] for n, ms in model],
+        "notes": [
+            ("per-call rows: ns per add of 16 float32 on sim with opaque memory, min and median "
+            "of interleaved rounds; 'added over direct' is what the native path costs"),
+            ("TinyLlama rows: ms per forward+backward, best of --steps; on sim the fallback's "
+            "copies are host memcpys, so the ratio says little about a real chip"),
+        ],
+    }
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -104,6 +104,13 @@ class Call {
     const auto& v = arg(i);
     return v.isTensor() ? v.toTensor() : at::Tensor();
   }
+  // The same without a copy (no reference-count traffic on the hot elementwise path); an
+  // undefined tensor for a non-tensor argument. Valid until finish().
+  const at::Tensor& tensor_ref(size_t i) const {
+    static const at::Tensor undefined;
+    const auto& v = arg(i);
+    return v.isTensor() ? v.toTensor() : undefined;
+  }
   c10::DeviceIndex device() const { return device_; }
 
   // The kernel for `dtype`, or nullptr: this dtype is not served.
@@ -159,6 +166,24 @@ class Call {
     TORCH_CHECK(st == FLAGOS_NATIVE_SUCCESS, "flagos native: kernel of ", form_.binding->library->path,
                 " failed (status ", st, "): ", form_.binding->library->error_text());
     return true;
+  }
+
+  // Replace the arguments by the one result `r`. When r is the out= tensor (or self, for
+  // the in-place form), its IValue moves from the arguments to the result: the caller's
+  // tensor is handed back without touching its reference count.
+  void finish_one(const at::Tensor& r) {
+    size_t keep = form_.kind == FormKind::OUT       ? form_.first_out
+                  : form_.kind == FormKind::INPLACE ? 0
+                                                    : form_.n_args;
+    if (keep < form_.n_args && form_.n_outs <= 1 && stack_[base_ + keep].isTensor() &&
+        stack_[base_ + keep].toTensor().is_same(r)) {
+      c10::IValue v = std::move(stack_[base_ + keep]);
+      torch::jit::drop(stack_, form_.n_args);
+      stack_.push_back(std::move(v));
+      return;
+    }
+    torch::jit::drop(stack_, form_.n_args);
+    stack_.emplace_back(r);
   }
 
   // Replace the arguments by the results.

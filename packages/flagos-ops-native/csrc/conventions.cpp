@@ -66,7 +66,7 @@ Form make_form(const c10::OperatorHandle& op, const Binding* binding) {
 namespace {
 
 bool run_unary(Call& c) {
-  at::Tensor self = c.tensor(0);
+  const at::Tensor& self = c.tensor_ref(0);
   if (!on_device(self, c.device())) return false;
   const Kernel* k = c.kernel(self.scalar_type());
   if (!k) return false;
@@ -78,23 +78,28 @@ bool run_unary(Call& c) {
         return typed<flagos_native_unary_fn>(*k)(&a, &o, ws, ex);
       }))
     return false;
-  c.finish({out});
+  c.finish_one(out);
   return true;
 }
 
 bool run_binary(Call& c) {
-  at::Tensor self = c.tensor(0), other = c.tensor(1);
+  const at::Tensor& self = c.tensor_ref(0);
   if (!on_device(self, c.device())) return false;
+  at::Tensor moved;  // `other` moved to the device, when it is a Python number
+  const at::Tensor* other_p = &c.tensor_ref(1);
   // A 0-dim CPU operand (a Python number: x * 0.5) does not change the result dtype of a
   // floating self, nor an integer one of an integer self; it moves to the device as a
   // one-element tensor of self's dtype. (An integer self with a float number promotes:
   // the result is float, and the call declines below.)
-  if (other.defined() && other.device().is_cpu() && other.dim() == 0 && !other.is_complex() &&
+  if (other_p->defined() && other_p->device().is_cpu() && other_p->dim() == 0 &&
+      !other_p->is_complex() &&
       (at::isFloatingType(self.scalar_type()) ||
        (at::isIntegralType(self.scalar_type(), false) &&
-        at::isIntegralType(other.scalar_type(), false)))) {
-    other = other.to(self.options());
+        at::isIntegralType(other_p->scalar_type(), false)))) {
+    moved = other_p->to(self.options());
+    other_p = &moved;
   }
+  const at::Tensor& other = *other_p;
   if (!on_device(other, c.device())) return false;
   if (self.scalar_type() != other.scalar_type()) return false;  // type promotion: not here
   const Kernel* k = c.kernel(self.scalar_type());
@@ -116,7 +121,7 @@ bool run_binary(Call& c) {
         return typed<flagos_native_binary_fn>(*k)(&a, &b, scalar, &o, ws, ex);
       }))
     return false;
-  c.finish({out});
+  c.finish_one(out);
   return true;
 }
 
