@@ -18,11 +18,8 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import statistics
-import subprocess
 import time
 
 os.environ["FLAGOS_NO_HOST_ALIAS"] = "1"
@@ -30,6 +27,7 @@ os.environ.setdefault("FLAGOS_HAL", "sim")
 
 import flagos
 import torch
+from flagos.bench_results import Table, write_json
 from flagos.models.llama import LlamaConfig, TinyLlama
 from flagos_ops_native import _engine, manifest_dir
 
@@ -112,7 +110,7 @@ def llama(steps: int) -> list[list]:
     ratio = times["cpu fallback only"] / times["native + fallback"]
     print(f"  speedup of native + fallback over the fallback alone: {ratio:.2f}x "
           "(sim: copies are host memcpys, kernels single-threaded loops)")
-    return [[f"TinyLlama fwd+bwd: {name}", t * 1e3] for name, t in times.items()]
+    return [[name, t * 1e3] for name, t in times.items()]
 
 
 def main() -> None:
@@ -125,34 +123,20 @@ def main() -> None:
     calls = per_call(args.iters, args.repeats)
     model = llama(args.steps)
     if args.json:
-        write_json(args.json, calls, model)
-
-
-def write_json(path: str, calls: list[list], model: list[list]) -> None:
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, check=True, cwd=os.path.dirname(__file__)).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = "unknown"
-    doc = {
-        "benchmark": "native_overhead",
-        "title": "native provider on sim: host cost per call, TinyLlama fwd+bwd",
-        "machine": platform.processor() or platform.machine(),
-        "torch": torch.__version__,
-        "commit": commit,
-        "command": "python packages/flagos-ops-native/benchmarks/native_overhead.py",
-        "columns": ["what", "min ns (or ms)", "median ns (or ms)", "ns added over direct"],
-        "rows": [[n, round(lo, 1), round(mid, 1), round(add, 1)] for n, lo, mid, add in calls]
-        + [[n, round(ms, 2), round(ms, 2), 0.0] for n, ms in model],
-        "notes": [
-            ("per-call rows: ns per add of 16 float32 on sim with opaque memory, min and median "
-            "of interleaved rounds; 'added over direct' is what the native path costs"),
-            ("TinyLlama rows: ms per forward+backward, best of --steps; on sim the fallback's "
-            "copies are host memcpys, so the ratio says little about a real chip"),
-        ],
-    }
-    with open(path, "w") as f:
-        json.dump(doc, f, indent=1)
+        per = Table("native_overhead", "native provider on sim: host cost per call (add of "
+                    "16 float32, opaque memory)",
+                    ["path", "min ns", "median ns", "ns added over direct"],
+                    notes=[(f"{args.repeats} interleaved rounds of {args.iters} calls; the "
+                           "machine may be loaded, so the minimum is the figure to compare")])
+        for name, lo, mid, added in calls:
+            per.add(name, round(lo, 1), round(mid, 1), round(added, 1))
+        step = Table("native_llama", "TinyLlama fwd+bwd on sim with opaque memory",
+                     ["route", "ms"],
+                     notes=[("on sim the fallback's copies are host memcpys and simk's kernels "
+                            "single-threaded loops: the ratio says little about a real chip")])
+        for name, ms in model:
+            step.add(name, round(ms, 2))
+        write_json(args.json, [per, step])
 
 
 if __name__ == "__main__":
