@@ -3,10 +3,11 @@
 // FlagGems through `gems`):
 //
 // - rms_norm is CompositeImplicitAutograd: it decomposes into pow/mean/rsqrt/mul above any
-//   backend. flagos registers it for AutogradPrivateUse1 (and PrivateUse1, for inference
-//   mode), where it calls _fused_rms_norm, whose autograd kernel records
-//   _fused_rms_norm_backward, as torch does on CUDA, when the route of _fused_rms_norm
-//   names a kernel provider; otherwise it decomposes exactly as before.
+//   backend. flagos registers it for AutogradPrivateUse1, where it calls _fused_rms_norm,
+//   whose autograd kernel records _fused_rms_norm_backward, as torch does on CUDA, when
+//   the route of _fused_rms_norm names a kernel provider; otherwise it decomposes exactly
+//   as before. Not for PrivateUse1: rms_norm itself is never routed, so a provider that
+//   names aten::rms_norm must not see it as reaching flagos.
 // - scaled_dot_product_attention asks the device's _fused_sdp_choice_stub which backend to
 //   take; flagos answers `overrideable` (the _scaled_dot_product_fused_attention_overrideable
 //   op and its backward) when that op's route names a kernel provider and the call is one a
@@ -218,7 +219,6 @@ void fused_attention_backward(const c10::OperatorHandle& op, c10::DispatchKeySet
 TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) { m.impl("rms_norm", &rms_norm); }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
-  m.impl("rms_norm", &rms_norm);
   m.impl("_fused_rms_norm", torch::CppFunction::makeFromBoxedFunction<&fused_rms_norm>());
   m.impl("_fused_rms_norm_backward",
          torch::CppFunction::makeFromBoxedFunction<&fused_rms_norm_backward>());
