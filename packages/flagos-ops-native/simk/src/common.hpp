@@ -7,6 +7,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <type_traits>
 
 #include "flagos_hal/sim_runtime.h"
 #include "simk.h"
@@ -59,6 +60,9 @@ inline Compute compute_of(int32_t dtype) {
 }
 template <class T>
 inline T load_as(const void* base, int32_t dtype, int64_t i) {
+  // The float compute type only ever sees the float dtypes: load() directly, no second
+  // dispatch per element.
+  if constexpr (std::is_same_v<T, float>) return load(base, dtype, i);
   switch (dtype) {
     case FLAGOS_NATIVE_FLOAT64: return T(static_cast<const double*>(base)[i]);
     case FLAGOS_NATIVE_INT64: return T(static_cast<const int64_t*>(base)[i]);
@@ -68,6 +72,10 @@ inline T load_as(const void* base, int32_t dtype, int64_t i) {
 }
 template <class T>
 inline void store_as(void* base, int32_t dtype, int64_t i, T v) {
+  if constexpr (std::is_same_v<T, float>) {
+    store(base, dtype, i, v);
+    return;
+  }
   switch (dtype) {
     case FLAGOS_NATIVE_FLOAT64: static_cast<double*>(base)[i] = double(v); break;
     case FLAGOS_NATIVE_INT64: static_cast<int64_t*>(base)[i] = int64_t(v); break;
