@@ -43,6 +43,17 @@ class CppBackend:
     def set_resolver(self, resolver: Callable[[str, int], list[str]]) -> None:
         _C._set_resolver(resolver)
 
+    def register_wrapper_provider(self, name: str, fn: Callable[..., object]) -> None:
+        """Register ``fn(op, args, kwargs)`` as a provider that wraps the rest of its chain
+        (shadow verification): hot ops reach it as the route after it would have them."""
+        _C._register_provider(name, "wrapper", _python_entry(fn))
+
+    def run_provider(self, provider: str, op: str, args: tuple, kwargs: dict, device: int
+                     ) -> object:
+        """Run ``op`` with ``provider`` alone (no chain, no CPU fallback): its results, or
+        ``NotImplemented`` when it declined. Shadow verification and the tuner use it."""
+        return _C._run_provider(provider, op, tuple(args), dict(kwargs), device)
+
 
 def _python_entry(fn: Callable[..., object]) -> Callable[[str, tuple, dict], object]:
     """Adapts a Provider (called with an OpOverload) to the C++ call (with the op name)."""
