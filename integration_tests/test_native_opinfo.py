@@ -20,7 +20,8 @@ NATIVE_OPINFOS = [
     "reciprocal", "nn.functional.relu", "nn.functional.silu", "add", "sub", "mul", "div",
     "maximum", "minimum", "sum", "mean", "mm", "bmm", "addmm", "nn.functional.linear",
     "softmax", "log_softmax", "nn.functional.layer_norm", "index_select",
-    "nn.functional.embedding",
+    "nn.functional.embedding", "nn.functional.rms_norm",
+    "nn.functional.scaled_dot_product_attention",
 ]
 
 # Variants that compute in float64 (dtype=torch.float64), a dtype simk does not serve:

@@ -26,12 +26,16 @@ enum class Convention {
   LAYER_NORM_BACKWARD,
   INDEX_SELECT,
   EMBEDDING_BACKWARD,
+  RMS_NORM,
+  RMS_NORM_BACKWARD,
+  ATTENTION,
+  ATTENTION_BACKWARD,
   CUBLAS_GEMM,  // one phase: cuBLAS's own gemm call (cublas_gemm.cpp)
 };
 // "unary" -> UNARY, ...; false for an unknown name.
 bool parse_convention(const std::string& name, Convention* out);
 
-constexpr int kFloatDtypes = 3;  // FLAGOS_NATIVE_FLOAT32, FLOAT16, BFLOAT16
+constexpr int kDtypes = 7;  // the flagos_native_dtype_t codes, FLOAT32 .. FLOAT64
 
 struct Kernel {
   void* plan = nullptr;  // the convention's flagos_native_*_fn, stored untyped
@@ -41,7 +45,7 @@ struct Kernel {
 
 struct Binding {
   Convention convention;
-  std::array<Kernel, kFloatDtypes> kernels;  // by flagos_native_dtype_t; empty: not served
+  std::array<Kernel, kDtypes> kernels;  // by flagos_native_dtype_t; empty: not served
   std::shared_ptr<Library> library;
   bool one_phase = false;       // the kernel is `plan` alone (no execute symbol)
   std::vector<void*> helpers;   // the convention's library-level symbols, in its order

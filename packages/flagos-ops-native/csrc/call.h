@@ -25,6 +25,7 @@ inline std::optional<int32_t> dtype_code(c10::ScalarType t) {
     case c10::kLong: return FLAGOS_NATIVE_INT64;
     case c10::kInt: return FLAGOS_NATIVE_INT32;
     case c10::kBool: return FLAGOS_NATIVE_BOOL;
+    case c10::kDouble: return FLAGOS_NATIVE_FLOAT64;
     default: return std::nullopt;
   }
 }
@@ -103,12 +104,19 @@ class Call {
     const auto& v = arg(i);
     return v.isTensor() ? v.toTensor() : at::Tensor();
   }
+  // The same without a copy (no reference-count traffic on the hot elementwise path); an
+  // undefined tensor for a non-tensor argument. Valid until finish().
+  const at::Tensor& tensor_ref(size_t i) const {
+    static const at::Tensor undefined;
+    const auto& v = arg(i);
+    return v.isTensor() ? v.toTensor() : undefined;
+  }
   c10::DeviceIndex device() const { return device_; }
 
   // The kernel for `dtype`, or nullptr: this dtype is not served.
   const Kernel* kernel(c10::ScalarType dtype) const {
     auto code = dtype_code(dtype);
-    if (!code || *code >= kFloatDtypes) return nullptr;
+    if (!code || *code >= kDtypes) return nullptr;
     const Kernel& k = form_.binding->kernels[*code];
     return (k.plan && (k.execute || form_.binding->one_phase)) ? &k : nullptr;
   }
@@ -160,10 +168,33 @@ class Call {
     return true;
   }
 
+  // Replace the arguments by the one result `r`. When r is the out= tensor (or self, for
+  // the in-place form), its IValue moves from the arguments to the result: the caller's
+  // tensor is handed back without touching its reference count.
+  void finish_one(const at::Tensor& r) {
+    size_t keep = form_.kind == FormKind::OUT       ? form_.first_out
+                  : form_.kind == FormKind::INPLACE ? 0
+                                                    : form_.n_args;
+    if (keep < form_.n_args && form_.n_outs <= 1 && stack_[base_ + keep].isTensor() &&
+        stack_[base_ + keep].toTensor().is_same(r)) {
+      c10::IValue v = std::move(stack_[base_ + keep]);
+      torch::jit::drop(stack_, form_.n_args);
+      stack_.push_back(std::move(v));
+      return;
+    }
+    torch::jit::drop(stack_, form_.n_args);
+    stack_.emplace_back(r);
+  }
+
   // Replace the arguments by the results.
   void finish(std::initializer_list<at::Tensor> results) {
     torch::jit::drop(stack_, form_.n_args);
     for (const auto& r : results) stack_.emplace_back(r);
+  }
+  // The same, for ops that return more than tensors.
+  void finish_values(std::initializer_list<c10::IValue> results) {
+    torch::jit::drop(stack_, form_.n_args);
+    for (const auto& r : results) stack_.push_back(r);
   }
 
   const Form& form() const { return form_; }
@@ -220,6 +251,53 @@ inline std::optional<MatmulCall> matmul_call(Call& c) {
     return std::nullopt;
   return m;
 }
+
+// The rows of a layer norm: normalized_shape must be the trailing sizes of input.
+inline std::optional<std::pair<int64_t, std::vector<int64_t>>> norm_rows(const at::Tensor& input,
+                                                                  const c10::IValue& shape_arg) {
+  auto shape = shape_arg.toIntVector();
+  int64_t axis = input.dim() - int64_t(shape.size());
+  if (axis < 0) return std::nullopt;
+  int64_t n = 1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (input.size(axis + int64_t(i)) != shape[i]) return std::nullopt;
+    n *= shape[i];
+  }
+  std::vector<int64_t> stat_shape(input.sizes().begin(), input.sizes().begin() + axis);
+  stat_shape.resize(size_t(input.dim()), 1);
+  return std::make_pair(n, stat_shape);
+}
+
+inline bool optional_param(const at::Tensor& t, c10::DeviceIndex device, c10::ScalarType dtype,
+                    int64_t n) {
+  return !t.defined() ||
+         (on_device(t, device) && t.scalar_type() == dtype && t.is_contiguous() && t.numel() == n);
+}
+
+// The input of a normalization forward (layer norm, RMS norm): on the device, contiguous,
+// of a served dtype, normalized over trailing sizes that are not empty. Its kernel, the
+// normalized element count and the shape of the per-row statistics; nullopt to decline.
+struct NormInput {
+  const Kernel* kernel;
+  int64_t n;
+  std::vector<int64_t> stat_shape;
+};
+inline std::optional<NormInput> norm_input(Call& c, const at::Tensor& input,
+                                           const c10::IValue& normalized_shape) {
+  if (!on_device(input, c.device()) || !input.is_contiguous()) return std::nullopt;
+  const Kernel* k = c.kernel(input.scalar_type());
+  if (!k) return std::nullopt;
+  auto rows = norm_rows(input, normalized_shape);
+  if (!rows || rows->first == 0) return std::nullopt;
+  return NormInput{k, rows->first, std::move(rows->second)};
+}
+
+// fused_conventions.cpp: _fused_rms_norm and its backward, the overrideable fused attention
+// and its backward.
+bool run_rms_norm(Call& c);
+bool run_rms_norm_backward(Call& c);
+bool run_attention(Call& c);
+bool run_attention_backward(Call& c);
 
 // cublas_gemm.cpp: mm, bmm, addmm through cuBLAS (Convention::CUBLAS_GEMM).
 bool run_cublas_gemm(Call& c);

@@ -29,6 +29,10 @@ bool parse_convention(const std::string& name, Convention* out) {
       {"layer_norm_backward", Convention::LAYER_NORM_BACKWARD},
       {"index_select", Convention::INDEX_SELECT},
       {"embedding_backward", Convention::EMBEDDING_BACKWARD},
+      {"rms_norm", Convention::RMS_NORM},
+      {"rms_norm_backward", Convention::RMS_NORM_BACKWARD},
+      {"attention", Convention::ATTENTION},
+      {"attention_backward", Convention::ATTENTION_BACKWARD},
       {"cublas_gemm", Convention::CUBLAS_GEMM},
   };
   for (const auto& [n, c] : names) {
@@ -62,7 +66,7 @@ Form make_form(const c10::OperatorHandle& op, const Binding* binding) {
 namespace {
 
 bool run_unary(Call& c) {
-  at::Tensor self = c.tensor(0);
+  const at::Tensor& self = c.tensor_ref(0);
   if (!on_device(self, c.device())) return false;
   const Kernel* k = c.kernel(self.scalar_type());
   if (!k) return false;
@@ -74,19 +78,28 @@ bool run_unary(Call& c) {
         return typed<flagos_native_unary_fn>(*k)(&a, &o, ws, ex);
       }))
     return false;
-  c.finish({out});
+  c.finish_one(out);
   return true;
 }
 
 bool run_binary(Call& c) {
-  at::Tensor self = c.tensor(0), other = c.tensor(1);
+  const at::Tensor& self = c.tensor_ref(0);
   if (!on_device(self, c.device())) return false;
+  at::Tensor moved;  // `other` moved to the device, when it is a Python number
+  const at::Tensor* other_p = &c.tensor_ref(1);
   // A 0-dim CPU operand (a Python number: x * 0.5) does not change the result dtype of a
-  // floating self; it moves to the device as a one-element tensor of self's dtype.
-  if (other.defined() && other.device().is_cpu() && other.dim() == 0 &&
-      at::isFloatingType(self.scalar_type()) && !other.is_complex()) {
-    other = other.to(self.options());
+  // floating self, nor an integer one of an integer self; it moves to the device as a
+  // one-element tensor of self's dtype. (An integer self with a float number promotes:
+  // the result is float, and the call declines below.)
+  if (other_p->defined() && other_p->device().is_cpu() && other_p->dim() == 0 &&
+      !other_p->is_complex() &&
+      (at::isFloatingType(self.scalar_type()) ||
+       (at::isIntegralType(self.scalar_type(), false) &&
+        at::isIntegralType(other_p->scalar_type(), false)))) {
+    moved = other_p->to(self.options());
+    other_p = &moved;
   }
+  const at::Tensor& other = *other_p;
   if (!on_device(other, c.device())) return false;
   if (self.scalar_type() != other.scalar_type()) return false;  // type promotion: not here
   const Kernel* k = c.kernel(self.scalar_type());
@@ -108,7 +121,7 @@ bool run_binary(Call& c) {
         return typed<flagos_native_binary_fn>(*k)(&a, &b, scalar, &o, ws, ex);
       }))
     return false;
-  c.finish({out});
+  c.finish_one(out);
   return true;
 }
 
@@ -206,44 +219,20 @@ bool run_softmax_backward(Call& c) {
   return true;
 }
 
-// The rows of a layer norm: normalized_shape must be the trailing sizes of input.
-std::optional<std::pair<int64_t, std::vector<int64_t>>> norm_rows(const at::Tensor& input,
-                                                                  const c10::IValue& shape_arg) {
-  auto shape = shape_arg.toIntVector();
-  int64_t axis = input.dim() - int64_t(shape.size());
-  if (axis < 0) return std::nullopt;
-  int64_t n = 1;
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (input.size(axis + int64_t(i)) != shape[i]) return std::nullopt;
-    n *= shape[i];
-  }
-  std::vector<int64_t> stat_shape(input.sizes().begin(), input.sizes().begin() + axis);
-  stat_shape.resize(size_t(input.dim()), 1);
-  return std::make_pair(n, stat_shape);
-}
-
-bool optional_param(const at::Tensor& t, c10::DeviceIndex device, c10::ScalarType dtype,
-                    int64_t n) {
-  return !t.defined() ||
-         (on_device(t, device) && t.scalar_type() == dtype && t.is_contiguous() && t.numel() == n);
-}
-
 // native_layer_norm(input, normalized_shape, weight?, bias?, eps) -> (out, mean, rstd).
 bool run_layer_norm(Call& c) {
   at::Tensor input = c.tensor(0), weight = c.tensor(2), bias = c.tensor(3);
-  if (!on_device(input, c.device()) || !input.is_contiguous()) return false;
-  const Kernel* k = c.kernel(input.scalar_type());
-  if (!k) return false;
-  auto rows = norm_rows(input, c.arg(1));
-  if (!rows || rows->first == 0) return false;
-  int64_t n = rows->first;
+  auto norm = norm_input(c, input, c.arg(1));
+  if (!norm) return false;
+  const Kernel* k = norm->kernel;
+  int64_t n = norm->n;
   if (!optional_param(weight, c.device(), input.scalar_type(), n) ||
       !optional_param(bias, c.device(), input.scalar_type(), n))
     return false;
   double eps = c.arg(4).toDouble();
   at::Tensor out = c.output(0, input.sizes(), input.options());
-  at::Tensor mean = c.output(1, rows->second, input.options());
-  at::Tensor rstd = c.output(2, rows->second, input.options());
+  at::Tensor mean = c.output(1, norm->stat_shape, input.options());
+  at::Tensor rstd = c.output(2, norm->stat_shape, input.options());
   if (!out.defined() || !mean.defined() || !rstd.defined()) return false;
   for (const auto& in : {input, weight, bias}) {
     for (const auto& o : {out, mean, rstd}) if (!safe_to_write(o, in, false)) return false;
@@ -378,6 +367,10 @@ bool run_convention(const Form& form, const c10::OperatorHandle& op, torch::jit:
     case Convention::INDEX_SELECT: return run_index_select(c);
     case Convention::EMBEDDING_BACKWARD: return run_embedding_backward(c);
     case Convention::CUBLAS_GEMM: return run_cublas_gemm(c);
+    case Convention::RMS_NORM: return run_rms_norm(c);
+    case Convention::RMS_NORM_BACKWARD: return run_rms_norm_backward(c);
+    case Convention::ATTENTION: return run_attention(c);
+    case Convention::ATTENTION_BACKWARD: return run_attention_backward(c);
   }
   return false;
 }

@@ -114,7 +114,7 @@ int open(const std::string& path, const std::string& version_symbol, uint32_t mi
 }
 
 // Binds `ops` (full overload names) to `convention` with, per dtype code (0 float32,
-// 1 float16, 2 bfloat16), the plan and execute symbols. Returns the symbols not found;
+// 1 float16, 2 bfloat16, 3 int64, 4 int32, 6 float64), the plan and execute symbols. Returns the symbols not found;
 // then nothing is bound (a half-resolved op is never called).
 // `helpers`: library-level symbols the convention calls (cublas_gemm: handle creation);
 // `one_phase`: the kernel is one call (no execute symbol).
@@ -136,7 +136,7 @@ std::vector<std::string> bind(int library, const std::string& convention,
   binding->library = lib;
   std::vector<std::string> missing;
   for (const auto& [code, names] : symbols) {
-    if (code < 0 || code >= kFloatDtypes) throw std::invalid_argument("bad dtype code");
+    if (code < 0 || code >= kDtypes) throw std::invalid_argument("bad dtype code");
     Kernel k;
     k.plan = find_symbol(*lib, names.first);
     if (!k.plan) missing.push_back(names.first);
@@ -235,6 +235,28 @@ double time_dispatch_add_out(const at::Tensor& a, const at::Tensor& b, at::Tenso
   return std::chrono::duration<double, std::nano>(t1 - t0).count() / iters;
 }
 
+// For the benchmark: `iters` calls of the engine alone on a boxed aten::add.out (the stack
+// built as the dispatcher's fallback receives it), the host nanoseconds per call: what the
+// native engine costs, without torch's dispatcher and flagos' route.
+double time_engine_add_out(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out,
+                           int iters) {
+  const auto& op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::add", "out");
+  py::gil_scoped_release nogil;
+  torch::jit::Stack stack;
+  stack.reserve(4);
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) {
+    stack.clear();
+    stack.emplace_back(a);
+    stack.emplace_back(b);
+    stack.emplace_back(c10::Scalar(1));
+    stack.emplace_back(out);
+    TORCH_CHECK(run(nullptr, op, &stack, out.device().index()), "native declined add.out");
+  }
+  auto t1 = std::chrono::steady_clock::now();
+  return std::chrono::duration<double, std::nano>(t1 - t0).count() / iters;
+}
+
 }  // namespace
 }  // namespace flagos_native
 
@@ -257,4 +279,5 @@ PYBIND11_MODULE(_engine, m) {
   });
   m.def("time_direct_binary", &time_direct_binary);
   m.def("time_dispatch_add_out", &time_dispatch_add_out);
+  m.def("time_engine_add_out", &time_engine_add_out);
 }

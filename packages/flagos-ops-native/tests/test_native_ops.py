@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
-TOL = {torch.float32: (1e-5, 1e-5), torch.bfloat16: (2e-2, 2e-2), torch.float16: (2e-3, 2e-3)}
+TOL = {torch.float32: (1e-5, 1e-5), torch.bfloat16: (2e-2, 2e-2), torch.float16: (2e-3, 2e-3),
+       torch.float64: (1e-12, 1e-12)}
 
 
 def _calls(op: str, provider: str) -> int:
@@ -125,7 +126,7 @@ def test_softmax_norm_embedding(native_first, dtype):
 
 
 def test_unsupported_dtype_declines_to_cpu(native_first):
-    """float64 is not in simk's manifest: native declines, cpu serves, the result is right."""
+    """simk's mm has no float64 line: native declines, cpu serves, the result is right."""
     a, b = torch.randn(4, 4, dtype=torch.float64), torch.randn(4, 4, dtype=torch.float64)
     out = torch.mm(a.to("flagos"), b.to("flagos"))
     torch.testing.assert_close(out.cpu(), a @ b)
@@ -159,3 +160,52 @@ def test_kernels_run_on_the_stream(native_first):
         c = a @ a
     s.synchronize()
     torch.testing.assert_close(c.cpu(), a.cpu() @ a.cpu(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64], ids=str)
+def test_integer_elementwise_and_sum(native_first, dtype):
+    """Integer-valued ops serve int32/int64 exactly (values past float's 24-bit mantissa)."""
+    big = 2**40 if dtype == torch.int64 else 2**28
+    a = torch.randint(-big, big, (4, 6), dtype=dtype)
+    b = torch.randint(-big, big, (6,), dtype=dtype)
+    da, db = a.to("flagos"), b.to("flagos")
+    flagos.routing.reset_stats()
+    for fn, op in ((lambda x, y: torch.add(x, y, alpha=3), "aten::add.out"),
+                   (torch.sub, "aten::sub.out"), (torch.mul, "aten::mul.out"),
+                   (torch.maximum, "aten::maximum.out"), (torch.minimum, "aten::minimum.out")):
+        assert torch.equal(fn(da, db).cpu(), fn(a, b)), op
+        assert _calls(op, "native") >= 1 and _calls(op, "cpu") == 0, (op, flagos.routing.stats())
+    assert torch.equal(torch.neg(da).cpu(), -a) and torch.equal(torch.abs(da).cpu(), a.abs())
+    assert torch.equal(torch.relu(da).cpu(), torch.relu(a))
+    assert torch.equal((da + 7).cpu(), a + 7)  # an integer Python number
+    assert _calls("aten::neg.out", "native") == 1 and _calls("aten::abs.out", "native") == 1
+    if dtype == torch.int64:  # torch sums int32 into int64: a promotion, which declines
+        assert torch.equal(da.sum(1).cpu(), a.sum(1))
+        assert _calls("aten::sum.IntList_out", "native") == 1
+
+
+def test_integer_promotions_decline(native_first):
+    """Integer ops whose result is another dtype fall through and are right."""
+    a = torch.randint(-50, 50, (5,), dtype=torch.int32)
+    da = a.to("flagos")
+    flagos.routing.reset_stats()
+    torch.testing.assert_close((da * 0.5).cpu(), a * 0.5)       # int * float number -> float
+    torch.testing.assert_close((da / 3).cpu(), a / 3)           # true division -> float
+    assert torch.equal(da.sum().cpu(), a.sum())                 # int32 sum -> int64
+    torch.testing.assert_close(torch.exp(da).cpu(), torch.exp(a))  # exp of int -> float
+    assert torch.equal((da + da.long()).cpu(), a + a.long())    # int32 + int64 -> int64
+    stats = flagos.routing.stats()
+    served = [op for op, row in stats.items() if row.get("native", {}).get("calls")]
+    assert not served, served
+
+
+def test_float64_elementwise_and_reductions(native_first):
+    """float64 is computed in double (not narrowed to float)."""
+    x = torch.randn(5, 7, dtype=torch.float64)
+    y = torch.randn(7, dtype=torch.float64)
+    _check(lambda a, b: torch.exp(a) * b + 1e-12, x, y, dtype=torch.float64,
+           served=["aten::exp.out", "aten::mul.out", "aten::add.out"])
+    _check(lambda a: a.sum(0) / a.mean(1, keepdim=True), x, dtype=torch.float64,
+           served=["aten::sum.IntList_out", "aten::mean.out", "aten::div.out"])
+    _check(lambda a: torch.sigmoid(a), x, dtype=torch.float64, served=["aten::sigmoid.out"],
+           grad=True)

@@ -210,6 +210,40 @@ void run_routed(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::
   TORCH_CHECK(false, "flagos: no provider accepted ", st.name);
 }
 
+namespace {
+bool is_kernel_provider(const Provider& p) {
+  return p.kind != EngineKind::TWIN && p.kind != EngineKind::CPU;
+}
+}  // namespace
+
+// Wrappers are passed over: their shadow run would reach the twin/CPU engines, which have
+// no kernel for these fused ops.
+bool route_has_kernel_provider(const c10::OperatorHandle& op, c10::DeviceIndex device) {
+  const Route* route = current_route(op_state(op), device);
+  for (const auto& p : route->chain) {
+    if (!p->wrapper) return is_kernel_provider(*p);
+  }
+  return false;
+}
+
+bool run_kernel_providers(const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                          c10::DeviceIndex device) {
+  OpState& st = op_state(op);
+  const Route* route = current_route(st, device);
+  for (size_t i = 0; i < route->chain.size() && is_kernel_provider(*route->chain[i]); ++i) {
+    if (route->chain[i]->wrapper) continue;
+    uint64_t t0 = op_clock::now();
+    bool accepted = run_provider(*route->chain[i], op, stack, device);
+    uint64_t dt = op_clock::now() - t0;
+    if (accepted) {
+      record_call(route->counters[i], dt);
+      return true;
+    }
+    route->counters[i]->declined.fetch_add(1, std::memory_order_relaxed);
+  }
+  return false;
+}
+
 bool run_with_provider(const std::string& name, const c10::OperatorHandle& op,
                        torch::jit::Stack* stack, c10::DeviceIndex device) {
   auto p = find_provider(name);

@@ -73,6 +73,15 @@ void note_routed_kernel_op(const std::string& name);
 // The boxed fallback every routed op arrives at: runs `op` down its route.
 void run_routed(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack);
 
+// For fused ops that torch computes from other ops when no backend kernel serves them
+// (fused_ops.cpp): whether the route of `op` on `device` names a kernel provider (PYTHON,
+// FOREIGN or EXTERNAL) before its first twin or CPU engine (wrappers passed over), and
+// running the op down those providers alone; false (stack untouched) when none of them
+// accepted it.
+bool route_has_kernel_provider(const c10::OperatorHandle& op, c10::DeviceIndex device);
+bool run_kernel_providers(const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                          c10::DeviceIndex device);
+
 // For the unboxed kernels of hot ops (fast_kernels.cpp): when the route of `op` on `device`
 // starts with the twin engine (the boxing provider, or the cpu provider on a
 // host-addressable device), the twin device type it runs on and the counters that

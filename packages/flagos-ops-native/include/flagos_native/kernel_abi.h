@@ -40,7 +40,8 @@ typedef enum flagos_native_dtype {
   FLAGOS_NATIVE_BFLOAT16 = 2,
   FLAGOS_NATIVE_INT64 = 3,
   FLAGOS_NATIVE_INT32 = 4,
-  FLAGOS_NATIVE_BOOL = 5
+  FLAGOS_NATIVE_BOOL = 5,
+  FLAGOS_NATIVE_FLOAT64 = 6
 } flagos_native_dtype_t;
 
 typedef enum flagos_native_status {
@@ -104,6 +105,31 @@ typedef int32_t (*flagos_native_embedding_backward_fn)(FN_T grad, FN_T indices,
 /* index_select along `dim` (the forward of embedding: dim 0 of the weight). */
 typedef int32_t (*flagos_native_index_select_fn)(FN_T self, int64_t dim, FN_T index, FN_T out,
                                                  FN_PLAN);
+
+/* rms norm over the last `normalized_numel` elements of each row:
+ * out = input * rstd * weight, rstd = 1 / sqrt(mean(input^2) + eps) (float32 for
+ * reduced-precision inputs, the input's dtype else; one per row); weight may be NULL. */
+typedef int32_t (*flagos_native_rms_norm_fn)(FN_T input, int64_t normalized_numel, FN_T weight,
+                                             double eps, FN_T out, FN_T rstd, FN_PLAN);
+/* its backward; grad_input or grad_weight may be NULL (not asked for). */
+typedef int32_t (*flagos_native_rms_norm_backward_fn)(FN_T grad_out, FN_T input,
+                                                      int64_t normalized_numel, FN_T rstd,
+                                                      FN_T weight, FN_T grad_input,
+                                                      FN_T grad_weight, FN_PLAN);
+/* scaled dot-product attention, q [B, Hq, Lq, E], k [B, Hk, Lk, E], v [B, Hk, Lk, Ev]
+ * (Hq a multiple of Hk: query head h reads key/value head h / (Hq / Hk)); `mask` NULL, or
+ * broadcast to [B, Hq, Lq, Lk] through its strides: bool (false: masked out) or additive
+ * of q's dtype; `is_causal`: query i sees keys j <= i. out [B, Hq, Lq, Ev] and the
+ * float32 logsumexp of each score row, lse [B, Hq, Lq]. */
+typedef int32_t (*flagos_native_attention_fn)(FN_T query, FN_T key, FN_T value, FN_T mask,
+                                              bool is_causal, double scale, FN_T out, FN_T lse,
+                                              FN_PLAN);
+/* its backward from out and lse; any of the three gradients may be NULL. */
+typedef int32_t (*flagos_native_attention_backward_fn)(FN_T grad_out, FN_T query, FN_T key,
+                                                       FN_T value, FN_T mask, FN_T out,
+                                                       FN_T lse, bool is_causal, double scale,
+                                                       FN_T grad_query, FN_T grad_key,
+                                                       FN_T grad_value, FN_PLAN);
 
 /* The ABI version a library reports through the manifest's version symbol. */
 typedef uint32_t (*flagos_native_version_fn)(void);

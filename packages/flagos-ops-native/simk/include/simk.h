@@ -125,6 +125,33 @@ SIMK_API int32_t simkLayerNormBackwardGetWorkspaceSize(
     uint64_t* workspace_size, simkExecutor** executor);
 SIMK_EXECUTE(simkLayerNormBackward);
 
+/* RMS normalization over the last normalized_numel elements of each row (weight may be
+ * NULL), and its gradient (grad_input or grad_weight may be NULL). */
+SIMK_API int32_t simkRmsNormGetWorkspaceSize(const simkTensor* input, int64_t normalized_numel,
+                                             const simkTensor* weight, double eps,
+                                             const simkTensor* out, const simkTensor* rstd,
+                                             uint64_t* workspace_size, simkExecutor** executor);
+SIMK_EXECUTE(simkRmsNorm);
+SIMK_API int32_t simkRmsNormBackwardGetWorkspaceSize(
+    const simkTensor* grad_out, const simkTensor* input, int64_t normalized_numel,
+    const simkTensor* rstd, const simkTensor* weight, const simkTensor* grad_input,
+    const simkTensor* grad_weight, uint64_t* workspace_size, simkExecutor** executor);
+SIMK_EXECUTE(simkRmsNormBackward);
+
+/* Scaled dot-product attention (flagos_native_attention_fn) and its gradient. */
+SIMK_API int32_t simkAttentionGetWorkspaceSize(const simkTensor* query, const simkTensor* key,
+                                               const simkTensor* value, const simkTensor* mask,
+                                               bool is_causal, double scale,
+                                               const simkTensor* out, const simkTensor* lse,
+                                               uint64_t* workspace_size, simkExecutor** executor);
+SIMK_EXECUTE(simkAttention);
+SIMK_API int32_t simkAttentionBackwardGetWorkspaceSize(
+    const simkTensor* grad_out, const simkTensor* query, const simkTensor* key,
+    const simkTensor* value, const simkTensor* mask, const simkTensor* out, const simkTensor* lse,
+    bool is_causal, double scale, const simkTensor* grad_query, const simkTensor* grad_key,
+    const simkTensor* grad_value, uint64_t* workspace_size, simkExecutor** executor);
+SIMK_EXECUTE(simkAttentionBackward);
+
 /* Gather and its gradient (embedding). */
 SIMK_API int32_t simkIndexSelectGetWorkspaceSize(const simkTensor* self, int64_t dim,
                                                  const simkTensor* index, const simkTensor* out,

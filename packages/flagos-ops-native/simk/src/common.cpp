@@ -64,6 +64,20 @@ int32_t check_float(const simkTensor* t, const char* what, int32_t dtype) {
   return FLAGOS_NATIVE_SUCCESS;
 }
 
+int32_t check_numeric(const simkTensor* t, const char* what, int32_t dtype, bool ints) {
+  if (t && (t->dtype == FLAGOS_NATIVE_FLOAT64 ||
+            (ints && (t->dtype == FLAGOS_NATIVE_INT32 || t->dtype == FLAGOS_NATIVE_INT64)))) {
+    if (!t->data && numel(*t) != 0) return fail(FLAGOS_NATIVE_INVALID, std::string(what) + " is NULL");
+    if (t->ndim < 0 || t->ndim > FLAGOS_NATIVE_MAX_DIMS)
+      return unsupported(std::string(what) + " has " + std::to_string(t->ndim) + " dimensions");
+    if (dtype >= 0 && t->dtype != dtype) return unsupported(std::string(what) + " has another dtype");
+    return FLAGOS_NATIVE_SUCCESS;
+  }
+  if (t && !is_float(t->dtype))
+    return unsupported(std::string(what) + (ints ? " has a dtype simk lacks" : " is not a floating-point tensor"));
+  return check_float(t, what, dtype);
+}
+
 int32_t plan(std::function<void(void*)> run, uint64_t* workspace_size, simkExecutor** executor,
              uint64_t workspace) {
   if (!workspace_size || !executor) return fail(FLAGOS_NATIVE_INVALID, "workspace_size or executor is NULL");

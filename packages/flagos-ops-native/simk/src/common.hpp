@@ -7,6 +7,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <type_traits>
 
 #include "flagos_hal/sim_runtime.h"
 #include "simk.h"
@@ -49,6 +50,39 @@ inline void store(void* base, int32_t dtype, int64_t i, float v) {
     default: static_cast<uint16_t*>(base)[i] = float_to_half(v); break;
   }
 }
+// The types elementwise kernels compute in: float for float32 and the 16-bit floats,
+// double for float64, int64_t for the integers.
+enum class Compute { FLOAT, DOUBLE, INT };
+inline Compute compute_of(int32_t dtype) {
+  if (dtype == FLAGOS_NATIVE_FLOAT64) return Compute::DOUBLE;
+  if (dtype == FLAGOS_NATIVE_INT32 || dtype == FLAGOS_NATIVE_INT64) return Compute::INT;
+  return Compute::FLOAT;
+}
+template <class T>
+inline T load_as(const void* base, int32_t dtype, int64_t i) {
+  // The float compute type only ever sees the float dtypes: load() directly, no second
+  // dispatch per element.
+  if constexpr (std::is_same_v<T, float>) return load(base, dtype, i);
+  switch (dtype) {
+    case FLAGOS_NATIVE_FLOAT64: return T(static_cast<const double*>(base)[i]);
+    case FLAGOS_NATIVE_INT64: return T(static_cast<const int64_t*>(base)[i]);
+    case FLAGOS_NATIVE_INT32: return T(static_cast<const int32_t*>(base)[i]);
+    default: return T(load(base, dtype, i));
+  }
+}
+template <class T>
+inline void store_as(void* base, int32_t dtype, int64_t i, T v) {
+  if constexpr (std::is_same_v<T, float>) {
+    store(base, dtype, i, v);
+    return;
+  }
+  switch (dtype) {
+    case FLAGOS_NATIVE_FLOAT64: static_cast<double*>(base)[i] = double(v); break;
+    case FLAGOS_NATIVE_INT64: static_cast<int64_t*>(base)[i] = int64_t(v); break;
+    case FLAGOS_NATIVE_INT32: static_cast<int32_t*>(base)[i] = int32_t(v); break;
+    default: store(base, dtype, i, float(v)); break;
+  }
+}
 inline bool is_float(int32_t dtype) {
   return dtype == FLAGOS_NATIVE_FLOAT32 || dtype == FLAGOS_NATIVE_FLOAT16 ||
          dtype == FLAGOS_NATIVE_BFLOAT16;
@@ -80,6 +114,9 @@ inline int64_t offset_of(const simkTensor& t, int64_t linear) {
 }
 // Checks a float tensor descriptor of at most FLAGOS_NATIVE_MAX_DIMS dims.
 int32_t check_float(const simkTensor* t, const char* what, int32_t dtype);
+// The same for the elementwise and reduction kernels' dtypes: the floats, float64 and,
+// with `ints`, int32 and int64.
+int32_t check_numeric(const simkTensor* t, const char* what, int32_t dtype, bool ints);
 
 // ---- execution -----------------------------------------------------------------------
 // A planned call: the kernel, with copies of everything it reads.

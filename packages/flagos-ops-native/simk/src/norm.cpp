@@ -122,3 +122,80 @@ extern "C" SIMK_API int32_t simkLayerNormBackwardGetWorkspaceSize(
   }, ws, ex, uint64_t(2 * n) * sizeof(double));
 }
 SIMK_DEFINE_EXECUTE(simkLayerNormBackward)
+
+// RMS normalization: out = x * rstd * w with rstd = 1 / sqrt(mean(x^2) + eps), computed in
+// float like torch's composite rms_norm (the sum of squares in double).
+extern "C" SIMK_API int32_t simkRmsNormGetWorkspaceSize(const simkTensor* input, int64_t n,
+                                                        const simkTensor* weight, double eps,
+                                                        const simkTensor* out,
+                                                        const simkTensor* rstd, uint64_t* ws,
+                                                        simkExecutor** ex) {
+  int64_t rows = 0;
+  if (int32_t st = check_rows(input, n, weight, nullptr, &rows)) return st;
+  if (int32_t st = check_out(out, "out", rows * n)) return st;
+  if (int32_t st = check_out(rstd, "rstd", rows)) return st;
+  simkTensor x = *input, o = *out, rs = *rstd, w{};
+  bool has_w = weight;
+  if (has_w) w = *weight;
+  return plan([=](void*) {
+    for (int64_t r = 0; r < rows; ++r) {
+      double ss = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        double v = load(x.data, x.dtype, r * n + i);
+        ss += v * v;
+      }
+      float inv = 1.0f / std::sqrt(float(ss / double(n)) + float(eps));
+      store(rs.data, rs.dtype, r, inv);
+      for (int64_t i = 0; i < n; ++i) {
+        float v = load(x.data, x.dtype, r * n + i) * inv;
+        if (has_w) v *= load(w.data, w.dtype, i);
+        store(o.data, o.dtype, r * n + i, v);
+      }
+    }
+  }, ws, ex);
+}
+SIMK_DEFINE_EXECUTE(simkRmsNorm)
+
+// Its gradient: with xh = x * rstd and dyw = dy * w,
+// dx = rstd * (dyw - xh * mean(dyw * xh)), dw = sum over rows of dy * xh.
+extern "C" SIMK_API int32_t simkRmsNormBackwardGetWorkspaceSize(
+    const simkTensor* grad_out, const simkTensor* input, int64_t n, const simkTensor* rstd,
+    const simkTensor* weight, const simkTensor* grad_input, const simkTensor* grad_weight,
+    uint64_t* ws, simkExecutor** ex) {
+  int64_t rows = 0;
+  if (int32_t st = check_rows(input, n, weight, nullptr, &rows)) return st;
+  if (int32_t st = check_out(grad_out, "grad_out", rows * n)) return st;
+  if (int32_t st = check_out(rstd, "rstd", rows)) return st;
+  if (grad_input) if (int32_t st = check_out(grad_input, "grad_input", rows * n)) return st;
+  if (grad_weight) if (int32_t st = check_out(grad_weight, "grad_weight", n)) return st;
+  simkTensor g = *grad_out, x = *input, rs = *rstd, w{}, gi{}, gw{};
+  bool has_w = weight, want_gi = grad_input, want_gw = grad_weight;
+  if (has_w) w = *weight;
+  if (want_gi) gi = *grad_input;
+  if (want_gw) gw = *grad_weight;
+  // Workspace: the per-column sums of grad_weight, in double.
+  return plan([=](void* workspace) {
+    auto* acc_w = static_cast<double*>(workspace);
+    std::fill(acc_w, acc_w + n, 0.0);
+    for (int64_t r = 0; r < rows; ++r) {
+      float a = load(rs.data, rs.dtype, r);
+      double dot = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        float dy = load(g.data, g.dtype, r * n + i), xh = load(x.data, x.dtype, r * n + i) * a;
+        acc_w[i] += double(dy) * xh;
+        dot += double(dy * (has_w ? load(w.data, w.dtype, i) : 1.0f)) * xh;
+      }
+      if (!want_gi) continue;
+      float m = float(dot / double(n));
+      for (int64_t i = 0; i < n; ++i) {
+        float dyw = load(g.data, g.dtype, r * n + i) * (has_w ? load(w.data, w.dtype, i) : 1.0f);
+        float xh = load(x.data, x.dtype, r * n + i) * a;
+        store(gi.data, gi.dtype, r * n + i, a * (dyw - xh * m));
+      }
+    }
+    if (want_gw) {
+      for (int64_t i = 0; i < n; ++i) store(gw.data, gw.dtype, i, float(acc_w[i]));
+    }
+  }, ws, ex, uint64_t(n) * sizeof(double));
+}
+SIMK_DEFINE_EXECUTE(simkRmsNormBackward)

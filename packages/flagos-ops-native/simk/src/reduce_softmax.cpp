@@ -13,8 +13,9 @@ namespace {
 int32_t plan_reduce(const simkTensor* self, const int64_t* dims, int32_t ndims, bool keepdim,
                     const simkTensor* out, uint64_t* ws, simkExecutor** ex, bool mean) {
   (void)keepdim;  // out has the kept shape either way; only its element count matters
-  if (int32_t st = check_float(self, "self", -1)) return st;
-  if (int32_t st = check_float(out, "out", self->dtype)) return st;
+  // Sums serve int32 and int64 too (an integer mean is an error in torch).
+  if (int32_t st = check_numeric(self, "self", -1, !mean)) return st;
+  if (int32_t st = check_numeric(out, "out", self->dtype, !mean)) return st;
   if (!contiguous(*out)) return unsupported("out is not contiguous");
   bool reduce[FLAGOS_NATIVE_MAX_DIMS] = {};
   for (int32_t i = 0; i < ndims; ++i) {
@@ -34,16 +35,27 @@ int32_t plan_reduce(const simkTensor* self, const int64_t* dims, int32_t ndims, 
     acc_index.strides[d] = reduce[d] ? 0 : stride;
     if (!reduce[d]) stride *= a.sizes[d];
   }
+  uint64_t acc_bytes = uint64_t(std::max<int64_t>(kept, 1)) * sizeof(double);
+  if (compute_of(a.dtype) == Compute::INT) {  // exact: an int64 accumulator (wrapping as torch)
+    return plan([a, o, acc_index, kept](void* workspace) {
+      auto* acc = static_cast<int64_t*>(workspace);
+      std::fill(acc, acc + kept, int64_t(0));
+      int64_t n = numel(a);
+      for (int64_t i = 0; i < n; ++i)
+        acc[offset_of(acc_index, i)] += load_as<int64_t>(a.data, a.dtype, offset_of(a, i));
+      for (int64_t j = 0; j < kept; ++j) store_as<int64_t>(o.data, o.dtype, j, acc[j]);
+    }, ws, ex, acc_bytes);
+  }
   return plan([a, o, acc_index, kept, count, mean](void* workspace) {
     auto* acc = static_cast<double*>(workspace);
     std::fill(acc, acc + kept, 0.0);
     int64_t n = numel(a);
-    for (int64_t i = 0; i < n; ++i) acc[offset_of(acc_index, i)] += load(a.data, a.dtype, offset_of(a, i));
+    for (int64_t i = 0; i < n; ++i) acc[offset_of(acc_index, i)] += load_as<double>(a.data, a.dtype, offset_of(a, i));
     for (int64_t j = 0; j < kept; ++j) {
       double v = mean ? (count ? acc[j] / double(count) : NAN) : acc[j];
-      store(o.data, o.dtype, j, float(v));
+      store_as<double>(o.data, o.dtype, j, v);
     }
-  }, ws, ex, uint64_t(std::max<int64_t>(kept, 1)) * sizeof(double));
+  }, ws, ex, acc_bytes);
 }
 
 // Rows of a softmax over `dim` of a contiguous tensor: (outer, inner) pairs, stride inner.

@@ -22,15 +22,22 @@ class LlamaConfig:
     hidden_dim: int = 344
     max_seq_len: int = 64
     norm_eps: float = 1e-5
+    # True: RMS norm and attention call F.rms_norm and F.scaled_dot_product_attention (one
+    # op each, which a backend may serve with a fused kernel) instead of their elementwise
+    # and bmm/softmax spelling; the same math.
+    fused_ops: bool = False
 
 
 class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float) -> None:
+    def __init__(self, dim: int, eps: float, fused: bool = False) -> None:
         super().__init__()
         self.eps = eps
+        self.fused = fused
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fused:
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
         norm = x.float().pow(2).mean(-1, keepdim=True).add(self.eps).rsqrt()
         return (x.float() * norm).type_as(x) * self.weight
 
@@ -55,6 +62,7 @@ class Attention(nn.Module):
         super().__init__()
         self.n_heads = cfg.n_heads
         self.head_dim = cfg.dim // cfg.n_heads
+        self.fused = cfg.fused_ops
         self.wqkv = nn.Linear(cfg.dim, 3 * cfg.dim, bias=False)
         self.wo = nn.Linear(cfg.dim, cfg.dim, bias=False)
 
@@ -63,6 +71,9 @@ class Attention(nn.Module):
         q, k, v = self.wqkv(x).view(b, t, 3, self.n_heads, self.head_dim).unbind(2)
         q, k, v = (z.transpose(1, 2) for z in (q, k, v))
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        if self.fused:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.wo(out.transpose(1, 2).reshape(b, t, d))
         scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)
         mask = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
         scores = scores.masked_fill(mask, float("-inf"))
@@ -84,9 +95,9 @@ class FeedForward(nn.Module):
 class Block(nn.Module):
     def __init__(self, cfg: LlamaConfig) -> None:
         super().__init__()
-        self.attn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.attn_norm = RMSNorm(cfg.dim, cfg.norm_eps, cfg.fused_ops)
         self.attn = Attention(cfg)
-        self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps, cfg.fused_ops)
         self.ffn = FeedForward(cfg)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -102,7 +113,7 @@ class TinyLlama(nn.Module):
         self.cfg = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.dim)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
-        self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.norm = RMSNorm(cfg.dim, cfg.norm_eps, cfg.fused_ops)
         self.head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
         cos, sin = rotary_tables(cfg)
         self.register_buffer("cos", cos, persistent=False)

@@ -1,0 +1,86 @@
+"""rms_norm and scaled_dot_product_attention on flagos (dispatch/fused_ops.cpp): with only
+the CPU fallback in the fused ops' routes they decompose as torch does; with one
+that declines a call, flagos computes the fused op and its backward from other ops. Both
+match the CPU, forward and backward, on every HAL."""
+
+from __future__ import annotations
+
+import flagos
+import pytest
+import torch
+import torch.nn.functional as F
+from flagos.routing import Provider
+
+DEV = "flagos"
+FUSED = ("aten::_fused_rms_norm", "aten::_fused_rms_norm_backward",
+         "aten::_scaled_dot_product_fused_attention_overrideable",
+         "aten::_scaled_dot_product_fused_attention_overrideable_backward")
+
+
+class Decliner(Provider):
+    """A kernel provider that names the fused ops and declines every call."""
+
+    def __init__(self) -> None:
+        super().__init__("fused_decliner")
+        self.calls: list[str] = []
+
+    def serves(self, op: str) -> bool:
+        return op in FUSED
+
+    def __call__(self, op, args, kwargs):
+        self.calls.append(op.name())
+        return NotImplemented
+
+
+def _grads_match(fn, tensors, tol=(1e-4, 1e-5)):
+    dev = [t.detach().to(DEV).requires_grad_() for t in tensors]
+    ref = [t.detach().clone().requires_grad_() for t in tensors]
+    out, expect = fn(*dev), fn(*ref)
+    torch.testing.assert_close(out.cpu(), expect, rtol=tol[0], atol=tol[1])
+    g = torch.randn_like(expect)
+    out.backward(g.to(DEV))
+    expect.backward(g)
+    for a, b in zip(dev, ref):
+        torch.testing.assert_close(a.grad.cpu(), b.grad, rtol=tol[0] * 10, atol=tol[1] * 10)
+
+
+def _cases():
+    torch.manual_seed(0)
+    x, w = torch.randn(3, 4, 16), torch.randn(16)
+    q, k, v = torch.randn(2, 4, 5, 8), torch.randn(2, 2, 7, 8), torch.randn(2, 2, 7, 8)
+    mask = torch.randn(5, 7)
+    return [
+        (lambda x, w: F.rms_norm(x, (16,), w, 1e-6), [x, w]),
+        (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True), [q, k, v]),
+        (lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m, scale=0.4,
+                                                           enable_gqa=True), [q, k, v, mask]),
+        (lambda q, k, v: F.scaled_dot_product_attention(q, k[:, :, :5], v[:, :, :5],
+                                                        is_causal=True, enable_gqa=True),
+         [q, k, v]),
+    ]
+
+
+@pytest.mark.parametrize("case", range(4))
+def test_without_kernel_provider_decomposes(case):
+    fn, tensors = _cases()[case]
+    with flagos.routing.override({op: ["cpu"] for op in FUSED}):
+        flagos.routing.reset_stats()
+        _grads_match(fn, tensors)
+        stats = flagos.routing.stats()
+    assert not any(op in stats for op in FUSED), {op: stats[op] for op in FUSED if op in stats}
+
+
+@pytest.mark.parametrize("case", range(4))
+def test_declined_fused_op_is_computed_from_other_ops(case):
+    decliner = Decliner()
+    flagos.routing.register_provider(decliner)
+    fn, tensors = _cases()[case]
+    with flagos.routing.override({op: ["fused_decliner"] for op in FUSED}):
+        flagos.routing.reset_stats()
+        _grads_match(fn, tensors)
+        stats = flagos.routing.stats()
+    forward, backward = (FUSED[0], FUSED[1]) if case == 0 else (FUSED[2], FUSED[3])
+    for op in (forward, backward):
+        assert stats[op]["fused_decliner"]["declined"] == 1, stats.get(op)
+        assert stats[op]["fused_decliner"]["calls"] == 0
+    flagos.routing.reset()
