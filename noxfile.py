@@ -285,7 +285,7 @@ def bench(session: nox.Session) -> None:
     docs/benchmarks.md, its plots and README.md's summary (tools/bench_report.py).
     Arguments after -- go to flagos.bench."""
     hw = _prepare(session)
-    session.install(MATPLOTLIB)
+    session.install(MATPLOTLIB, *OFFLOAD)
     slug = session.run("python", "-c", "from flagos.bench_results import environment, "
                        "machine_slug; print(machine_slug(environment()))",
                        silent=True).strip().splitlines()[-1]
@@ -296,6 +296,19 @@ def bench(session: nox.Session) -> None:
     session.run("python", "packages/flagos-compile/benchmarks/compile_speedup.py",
                 "--device", "cuda" if hw == "cuda" else "cpu", "--rounds", "3",
                 "--json", str(out / "compile.json"))
+    # Route autotuning: tuned routes vs single-provider routes for a TinyLlama step.
+    session.run("python", "packages/flagos-core/benchmarks/tuned_routes.py", "--size",
+                "default" if hw == "cuda" else "tiny", "--json", str(out / "tuned-routes.json"))
+    # FP8 / NVFP4 emulation vs bf16 (and native FP8 on a GPU that has it).
+    session.run("python", "packages/flagos-quant/benchmarks/quant_bench.py",
+                *([] if hw == "cuda" else ["--quick"]), "--json", str(out / "quant.json"))
+    if hw == "sim":
+        # The native path's host cost and a TinyLlama through simk, on opaque memory; a
+        # robot policy net offloaded whole to the sim graph runtime.
+        session.run("python", "packages/flagos-ops-native/benchmarks/native_overhead.py",
+                    "--json", str(out / "native-overhead.json"))
+        session.run("python", "packages/flagos-compile/benchmarks/offload_policy.py",
+                    "--json", str(out / "offload-policy.json"))
     if hw == "cuda":
         gpus = int(session.run("python", "-c", "import torch; print(torch.cuda.device_count())",
                                silent=True).strip().splitlines()[-1])
