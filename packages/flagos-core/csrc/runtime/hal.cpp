@@ -96,12 +96,24 @@ void set_current_device(c10::DeviceIndex index) {
   t_current_device = index;
 }
 
+namespace {
+// "hal.memcpy_async(dst, src, n, kind, s)" or "d.lib->table->free(...)" -> the HAL
+// function's name, which is what a reader of the error (and the HAL's docs) knows.
+std::string hal_function(const char* call) {
+  std::string s(call);
+  size_t paren = s.find('(');
+  if (paren != std::string::npos) s.resize(paren);
+  size_t sep = s.find_last_of(".>");
+  return sep == std::string::npos ? s : s.substr(sep + 1);
+}
+}  // namespace
+
 void throw_hal_error(const flagos_hal_table_t& hal, flagos_status_t st, const char* call,
                      const char* file, int line) {
   const char* name = "?";
   if (hal.get_name) hal.get_name(&name);
-  std::string msg = std::string("flagos: HAL '") + name + "' call `" + call + "` failed: " +
-                    flagos_hal::describe_status(&hal, st);
+  std::string msg = std::string("flagos: HAL '") + name + "' call " + hal_function(call) +
+                    " failed: " + flagos_hal::describe_status(&hal, st);
   if (st == FLAGOS_ERROR_OUT_OF_MEMORY) {
     TORCH_CHECK_WITH(OutOfMemoryError, false, msg);
   }
