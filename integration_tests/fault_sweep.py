@@ -395,6 +395,17 @@ def summary_rows(results: list[dict]) -> list[list]:
     return rows
 
 
+def machine() -> str:
+    """The CPU model (the sim HAL runs on it), else the architecture."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def git_commit() -> str:
     """The checkout's short commit, or "unknown"."""
     try:
@@ -452,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
         doc = {"benchmark": "fault_sweep",
                "title": "Fault-injection sweep: HAL call failures under a training and an "
                         "inference step, sim HAL",
-               "machine": platform.processor() or platform.machine(),
+               "machine": machine(),
                "torch": torch.__version__, "commit": git_commit(), "command": cmd,
                "columns": ["memory", "workload", "fault kind", "calls per step",
                            "points tried", "survived", "outcomes"],

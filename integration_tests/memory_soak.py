@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import time
 from pathlib import Path
 
 import torch
-from fault_sweep import control, git_commit
+from fault_sweep import control, git_commit, machine
 
 DEV = torch.device("flagos", 0)
 
@@ -84,8 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         doc = {"benchmark": "memory_soak",
                "title": f"Memory soak: {args.steps} training steps with a side stream, flagos:0",
-               "machine": torch.flagos.get_device_name(DEV) + " on " + (
-                   platform.processor() or platform.machine()),
+               "machine": torch.flagos.get_device_name(DEV) + " on " + machine(),
                "torch": torch.__version__, "commit": git_commit(),
                "command": f"python integration_tests/memory_soak.py --steps {args.steps}",
                "columns": r["columns"], "rows": r["snapshots"],
