@@ -35,6 +35,8 @@ FLAG_GEMS_CUDA = ["flag-gems>=5.0.2,<5.1", "sqlalchemy>=2.0"]
 # The model zoo (integration_tests/models): the library ranges it is tested with. Neither
 # library depends on torch, so installing them leaves the session's torch as it is.
 MODEL_ZOO = ["transformers>=5.17,<5.24", "diffusers>=0.42,<0.43"]
+# The benchmarks page's plots.
+MATPLOTLIB = "matplotlib>=3.8,<4"
 
 # Packages with a C++ extension linked against torch: their wheels pin the torch release
 # they were built with (tools/pin_wheel_torch.py), their sources the tested range.
@@ -234,9 +236,11 @@ def conformance(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff over the whole tree."""
+    """ruff over the whole tree; docs/benchmarks.md and README.md's summary up to date
+    with docs/bench/results (they are generated: tools/bench_report.py)."""
     session.install("ruff")
     session.run("ruff", "check", ".")
+    session.run("python", "tools/bench_report.py", "--check")
 
 
 @nox.session
@@ -270,16 +274,31 @@ def demo(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Benchmarks: ratios against native PyTorch measured side by side in one run."""
+    """Benchmarks: ratios against native PyTorch measured side by side in one run. Writes
+    the results of this machine to docs/bench/results/<machine>/ and regenerates
+    docs/benchmarks.md, its plots and README.md's summary (tools/bench_report.py).
+    Arguments after -- go to flagos.bench."""
     hw = _prepare(session)
-    session.run("python", "-m", "flagos.bench", *session.posargs)
+    session.install(MATPLOTLIB)
+    slug = session.run("python", "-c", "from flagos.bench_results import environment, "
+                       "machine_slug; print(machine_slug(environment()))",
+                       silent=True).strip().splitlines()[-1]
+    out = ROOT / "docs" / "bench" / "results" / slug
+    session.run("python", "-m", "flagos.bench", "--json", str(out / "flagos-bench.json"),
+                *session.posargs)
     # torch.compile: compiled/eager speedup on flagos against the same ratio natively.
     session.run("python", "packages/flagos-compile/benchmarks/compile_speedup.py",
-                "--device", "cuda" if hw == "cuda" else "cpu", "--rounds", "3")
+                "--device", "cuda" if hw == "cuda" else "cpu", "--rounds", "3",
+                "--json", str(out / "compile.json"))
     if hw == "cuda":
-        # all_reduce bus bandwidth, ProcessGroupFlagOS vs ProcessGroupNCCL (needs 2 GPUs).
-        session.run("python", "packages/flagos-distributed/benchmarks/allreduce_bw.py",
-                    "--gpus", "2")
+        gpus = int(session.run("python", "-c", "import torch; print(torch.cuda.device_count())",
+                               silent=True).strip().splitlines()[-1])
+        if gpus >= 2:  # all_reduce bus bandwidth, ProcessGroupFlagOS vs ProcessGroupNCCL
+            session.run("python", "packages/flagos-distributed/benchmarks/allreduce_bw.py",
+                        "--gpus", "2", "--json",
+                        str(out.with_name(out.name.replace("cuda-", "cuda-2x-")) / "allreduce.json"))
         # FlagGems through flagos (gems) vs FlagGems itself vs native; skips itself when
         # FlagGems is not installed.
-        session.run("python", "packages/flagos-ops-gems/benchmarks/gems_bench.py")
+        session.run("python", "packages/flagos-ops-gems/benchmarks/gems_bench.py",
+                    "--json", str(out / "gems.json"))
+    session.run("python", "tools/bench_report.py")

@@ -327,12 +327,21 @@ def _consumes_rng(fn, cpu_sample, seed) -> bool:
 def _matches_twin(fn, cpu_sample, seed, fl_result, dtype_name, check_device) -> bool:
     """For a random op only: whether `fl_result` equals `fn` run natively on the twin device
     (not the CPU) under the same seed, as a twin route must (the twin's generator draws
-    other numbers than the CPU's)."""
+    other numbers than the CPU's). A gems route's reference is FlagGems itself on the twin
+    (its random kernels draw other numbers than ATen's)."""
+    import contextlib
+
     twin = _native_twin()
     if twin is None or not _consumes_rng(fn, cpu_sample, seed):
         return False
+    library = contextlib.nullcontext()
+    if _ROUTE[0].split(",")[0] == "gems":
+        import flag_gems
+
+        library = flag_gems.use_gems()
     try:
-        ref = _call(fn, _to_device(_clone(cpu_sample), twin), seed)
+        with library:
+            ref = _call(fn, _to_device(_clone(cpu_sample), twin), seed)
         ref = _to_device(ref, "cpu")
         _compare(fl_result, ref, dtype_name, check_device=check_device)
     except Exception:  # noqa: BLE001

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Incremental in-tree build of flagos-core's C++ extension for development:
 # compiles changed csrc/*.cpp into build/dev/ and links python/flagos/_C*.so, so that
-# PYTHONPATH=packages/flagos-core/python:packages/flagos-hal/python picks it up.
+# PYTHONPATH=packages/flagos-core/python picks it up (flagos-hal installed with pip: its
+# HAL libraries are built only into an installation).
 # Serialized with flock so concurrent callers never link a half-built library.
 # (Wheels are built by scikit-build-core through CMakeLists.txt; this is only a fast loop.)
 set -euo pipefail

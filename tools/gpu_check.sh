@@ -76,6 +76,6 @@ print(flagos.routing.explain('aten::mm')); print(flagos.routing.stats())" 2>&1 |
     gems-model) step gems-model; FLAGOS_HAL=cuda timeout 560 python3 packages/flagos-ops-gems/benchmarks/gems_bench.py \
              --only model 2>&1 | tee "$OUT/gems-model.log" | tail -20 ;;
     gems-sweep) step gems-sweep; FLAGOS_HAL=cuda timeout 590 python3 packages/flagos-ops-gems/benchmarks/opinfo_vs_flaggems.py \
-             --jobs 14 --max-samples 3 --json "$OUT/gems-sweep.json" > "$OUT/gems-sweep.log" 2>&1; tail -60 "$OUT/gems-sweep.log" ;;
+             --jobs 14 --max-samples 3 --json "$OUT/gems-sweep.json" --raw-json "$OUT/gems-sweep-raw.json" --log-dir "$OUT" > "$OUT/gems-sweep.log" 2>&1; tail -60 "$OUT/gems-sweep.log" ;;
   esac
 done

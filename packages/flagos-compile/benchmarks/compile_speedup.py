@@ -171,7 +171,9 @@ def serve_native(spec: dict) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    # Here, not at the top: the native child (serve_native) must never load flagos.
     import flagos_compile  # noqa: F401 - registers flagos with Dynamo and Inductor
+    from flagos.bench_results import Plot, Table
 
     native = args.device
     if native == "cuda":
@@ -204,21 +206,31 @@ def run(args: argparse.Namespace) -> None:
         native_side.close()
 
     mode = "train step (fwd+bwd)" if args.train else "inference (fwd, no_grad)"
-    print(f"# compile_speedup: {mode}, scale={args.scale}, backend={args.backend or 'inductor'}, "
-          f"torch {torch.__version__}, {platform.machine()} {os.cpu_count()} CPUs, "
-          f"flagos:0 = {torch.flagos.get_device_name(0)} "
-          f"(twin {torch.flagos.get_device_properties(0).native_device})"
-          + ("" if native == "cpu" else f"; {native} timed in a clean child process"))
-    hdr = (f"{'model':12} {'flagos eager':>13} {'flagos comp':>12} {'flagos x':>9} "
-           f"{native + ' eager':>12} {native + ' comp':>12} {native + ' x':>9} {'ratio':>7}")
-    print(hdr)
+    table = Table(
+        "compile-train" if args.train else "compile",
+        (f"torch.compile speedup on flagos vs on native {native}: {mode}, scale={args.scale}, "
+         f"backend={args.backend or 'inductor'}, median of {args.rounds} rounds (ratio = "
+         f"flagos compiled/eager speedup / {native} speedup; 1.0 is parity)"),
+        ["model", "flagos eager ms", "flagos compiled ms", "flagos speedup",
+         f"{native} eager ms", f"{native} compiled ms", f"{native} speedup", "ratio"],
+        plot=Plot("bar", "model", ["ratio"], ylabel="speedup on flagos / speedup native",
+                  reference=1.0))
     for name, med, sp, ratio in rows:
-        print(f"{name:12} {med[('flagos', 'eager')] * 1e3:11.3f}ms "
-              f"{med[('flagos', 'compiled')] * 1e3:10.3f}ms {sp['flagos']:8.2f}x "
-              f"{med[(native, 'eager')] * 1e3:10.3f}ms {med[(native, 'compiled')] * 1e3:10.3f}ms "
-              f"{sp[native]:8.2f}x {ratio:7.3f}")
+        table.add(name, med[("flagos", "eager")] * 1e3, med[("flagos", "compiled")] * 1e3,
+                  sp["flagos"], med[(native, "eager")] * 1e3, med[(native, "compiled")] * 1e3,
+                  sp[native], ratio)
     geo = statistics.geometric_mean([r[3] for r in rows])
-    print(f"geomean ratio (flagos speedup / {native} speedup): {geo:.3f}")
+    table.notes.append(f"geomean ratio {geo:.3f}")
+    if native != "cpu":
+        table.notes.append(f"{native} timed in a clean child process (pytorch/pytorch#161129)")
+    print(f"# compile_speedup: torch {torch.__version__}, {platform.machine()} "
+          f"{os.cpu_count()} CPUs, flagos:0 = {torch.flagos.get_device_name(0)} "
+          f"(twin {torch.flagos.get_device_properties(0).native_device})")
+    print(table.format())
+    if args.json:
+        from flagos.bench_results import write_json
+
+        write_json(args.json, [table])
 
 
 def main() -> None:
@@ -231,6 +243,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--json", default="", help="also write the table here (JSON)")
     p.add_argument("--serve-native", metavar="SPEC", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.serve_native:

@@ -19,7 +19,6 @@ FLAGOS_DIST_TRACE=1 prints each step of ProcessGroupFlagOS's delegation to stder
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import socket
 import time
@@ -140,10 +139,22 @@ def _worker(rank: int, args: argparse.Namespace, port: int) -> None:
         big = [r for r in rows if r["bytes"] >= (64 << 20)] or rows
         print(f"min ratio over sizes >= 64 MiB: {min(r['ratio'] for r in big):.3f}")
         if args.json:
-            with open(args.json, "w") as fh:
-                json.dump({"world": world, "dtype": args.dtype, "rows": rows,
-                           "gpu": torch.cuda.get_device_name(0),
-                           "torch": torch.__version__}, fh, indent=1)
+            from flagos.bench_results import Plot, Table, write_json
+
+            table = Table("allreduce", (f"all_reduce bus bandwidth, {args.dtype}, {world} GPUs: "
+                                        "ProcessGroupFlagOS (NCCL inside) vs ProcessGroupNCCL "
+                                        f"on the same buffers, {args.iters} iterations x "
+                                        f"{args.reps} reps, best rep"),
+                          ["bytes", "ProcessGroupFlagOS us", "ProcessGroupNCCL us",
+                           "flagos busbw GB/s", "NCCL busbw GB/s", "ratio"],
+                          plot=Plot("line", "bytes", ["flagos busbw GB/s", "NCCL busbw GB/s"],
+                                    ylabel="bus bandwidth GB/s", log_x=True))
+            for r in rows:
+                table.add(r["bytes"], r["flagos_us"], r["nccl_us"], r["flagos_busbw_GBps"],
+                          r["nccl_busbw_GBps"], r["ratio"])
+            table.notes.append(f"min ratio over sizes >= 64 MiB: "
+                               f"{min(r['ratio'] for r in big):.3f}")
+            write_json(args.json, [table])
     dist.barrier()
     dist.destroy_process_group()
 

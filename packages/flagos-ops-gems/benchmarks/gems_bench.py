@@ -33,7 +33,8 @@ from collections.abc import Callable
 import flagos
 import torch
 import torch.nn.functional as F
-from flagos.bench import print_sections, timeit
+from flagos.bench import run_sections, timeit
+from flagos.bench_results import Plot, Table, write_json
 
 
 def _ops(dev: torch.device) -> dict[str, tuple[Callable[..., object], tuple]]:
@@ -73,16 +74,19 @@ def _served(name: str, fn, args) -> str:
     return ", ".join(parts) or "no routed op"
 
 
-def bench_host(min_time: float, rounds: int) -> list[str]:
+def bench_host(min_time: float, rounds: int) -> Table:
     import flag_gems
 
     cuda = flagos.twin_device(0)
     fl = torch.device("flagos", 0)
     native_ops, flagos_ops = _ops(cuda), _ops(fl)
-    lines = [(f"## host us per call, {torch.cuda.get_device_name(cuda)}, FlagGems "
-              f"{flag_gems.__version__}, torch {torch.__version__} (min of {rounds} rounds)"),
-             (f"  {'op':<11}{'native':>9}{'FlagGems':>10}{'gems':>9}{'boxing':>9}"
-              f"{'gems-FlagGems':>15}   served through flagos (gems route)")]
+    table = Table("gems-host", (f"gems: host us per call, FlagGems {flag_gems.__version__} "
+                                f"(min of {rounds} rounds): native ATen, FlagGems on CUDA "
+                                "tensors, FlagGems through flagos' gems route, boxing"),
+                  ["op", "native us", "FlagGems us", "gems us", "boxing us",
+                   "gems - FlagGems us", "served through flagos (gems route)"],
+                  plot=Plot("bar", "op", ["gems - FlagGems us"],
+                            ylabel="us flagos adds over FlagGems per call"))
     for name, (fn, args_n) in native_ops.items():
         args_f = flagos_ops[name][1]
         t = {"native": [], "FlagGems": [], "gems": [], "boxing": []}
@@ -96,14 +100,13 @@ def bench_host(min_time: float, rounds: int) -> list[str]:
         best = {k: min(v) * 1e6 for k, v in t.items()}
         with flagos.routing.override({"default": ["gems", "boxing", "cpu"]}):
             served = _served(name, fn, args_f)
-        lines.append(f"  {name:<11}{best['native']:9.1f}{best['FlagGems']:10.1f}"
-                     f"{best['gems']:9.1f}{best['boxing']:9.1f}"
-                     f"{best['gems'] - best['FlagGems']:15.1f}   {served}")
-        print(lines[-1], flush=True)
-    return lines
+        table.add(name, best["native"], best["FlagGems"], best["gems"], best["boxing"],
+                  best["gems"] - best["FlagGems"], served)
+        print(f"  {name}: {table.rows[-1][1:6]}", flush=True)
+    return table
 
 
-def bench_model(quick: bool) -> list[str]:
+def bench_model(quick: bool) -> Table:
     from flagos.models import LlamaConfig, TinyLlama
     from flagos.models.clean_process import CleanProcessTimer, time_steps
 
@@ -119,12 +122,16 @@ def bench_model(quick: bool) -> list[str]:
     torch.manual_seed(1)
     model = TinyLlama(cfg).to(device=fl, dtype=dtype)
     fl_tokens = tokens.to(fl)
-    lines = [(f"## model: TinyLlama {cfg.n_layers}x{cfg.dim} bf16 forward+backward, batch "
-              f"{batch}x{seq}; flagos with the gems routing file vs native CUDA with "
-              "flag_gems.enable() (clean process)")]
+    table = Table("gems-model", (f"gems: TinyLlama {cfg.n_layers}x{cfg.dim} bf16 forward+backward, "
+                                 f"batch {batch}x{seq}; flagos with the gems routing file vs "
+                                 "native CUDA with flag_gems.enable() (clean process)"),
+                  ["model", "flagos-gems tok/s", "cuda+FlagGems tok/s", "throughput ratio"],
+                  plot=Plot("bar", "model", ["throughput ratio"],
+                            ylabel="flagos / native throughput", reference=1.0))
     timer = CleanProcessTimer(dataclasses.asdict(cfg), str(cuda), dtype, batch, seq, seed=1,
                               setup="flag_gems:enable")
     results: dict[str, float] = {}
+    rounds: dict[str, list[float]] = {}
     flagos.routing.reset_stats()
     try:
         flagos.routing.load("gems")
@@ -136,6 +143,7 @@ def bench_model(quick: bool) -> list[str]:
                 t0 = time.perf_counter()
                 s = run(2 if rnd == 0 else 0, steps)
                 results[name] = min(results.get(name, s), s)
+                rounds.setdefault(name, []).append(s)
                 print(f"  round {rnd} {name}: {s * 1e3:.1f} ms/step "
                       f"({time.perf_counter() - t0:.0f}s)", flush=True)
     finally:
@@ -147,9 +155,13 @@ def bench_model(quick: bool) -> list[str]:
             used[provider] = used.get(provider, 0) + st["calls"]
     f, c = results["flagos-gems"], results["cuda+FlagGems"]
     tok = batch * seq
-    lines.append(f"  flagos-gems {tok / f:10.0f} tok/s   cuda+FlagGems {tok / c:10.0f} tok/s   "
-                 f"throughput ratio {c / f:5.3f}   (flagos ops by provider: {used})")
-    return lines
+    table.add(f"TinyLlama {cfg.n_layers}x{cfg.dim}", tok / f, tok / c, c / f)
+    table.notes.append("flagos ops by provider: " +
+                       ", ".join(f"{p} {n}" for p, n in sorted(used.items())))
+    table.notes.append("rounds: " + "; ".join(
+        f"{name} {', '.join(f'{s * 1e3:.1f}' for s in times)} ms/step"
+        for name, times in rounds.items()) + f" ({steps} steps per round, the best kept)")
+    return table
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -158,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", default="host,model")
     p.add_argument("--quick", action="store_true", help="shorter timings, smaller model")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--json", default="", help="also write the tables here (JSON)")
     args = p.parse_args(argv)
     if flagos.device_count() == 0 or flagos.get_device_properties(0).twin_device != "cuda":
         print("gems_bench: needs a flagos device on a CUDA HAL (FLAGOS_HAL=cuda)")
@@ -171,7 +184,9 @@ def main(argv: list[str] | None = None) -> int:
           flush=True)
     sections = {"host": lambda: bench_host(0.05 if args.quick else 0.2, args.rounds),
                 "model": lambda: bench_model(args.quick)}
-    print_sections(sections, args.only)
+    tables = run_sections(sections, args.only)
+    if args.json:
+        write_json(args.json, tables)
     return 0
 
 

@@ -1,7 +1,7 @@
 """OpInfo sweep through gems routes against FlagGems on plain CUDA tensors, one run.
 
     python packages/flagos-ops-gems/benchmarks/opinfo_vs_flaggems.py [--all] [--jobs J]
-        [--max-samples N] [--json out.json]
+        [--max-samples N] [--json tables.json] [--raw-json out.json] [--log-dir DIR]
 
 Runs integration_tests/opinfo_sweep.py twice on the same OpInfos: ``--route gems,boxing``
 (flagos tensors, every op FlagGems serves on FlagGems, the rest on boxing) and
@@ -43,15 +43,20 @@ def _opinfo_names(wanted: set[str]) -> list[str]:
                    or op.name.replace(".", "_") in wanted})
 
 
-def _sweep(route: str, ops: list[str], args, out_json: str) -> dict:
+def _start_sweep(route: str, ops: list[str], args, jobs: int, out_json: str) -> subprocess.Popen:
     cmd = [sys.executable, SWEEP, "--route", route, "--max-samples", str(args.max_samples),
-           "--jobs", str(args.jobs), "--timeout", str(args.timeout), "--json", out_json]
+           "--jobs", str(jobs), "--timeout", str(args.timeout), "--json", out_json]
+    if args.log_dir:
+        cmd += ["--log", os.path.join(args.log_dir, f"sweep-{route.replace(',', '-')}.log")]
     if ops:
         cmd += ["--ops", ",".join(ops)]
     print(f"# {' '.join(cmd[:8])} ... ({len(ops) or 'all'} OpInfos)", flush=True)
-    r = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    tail = "\n".join(r.stdout.splitlines()[:6])
-    print(tail, flush=True)
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _finish_sweep(proc: subprocess.Popen, out_json: str) -> dict:
+    out, _ = proc.communicate()
+    print("\n".join(out.splitlines()[:6]), flush=True)
     with open(out_json) as f:
         return json.load(f)
 
@@ -62,12 +67,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=max(1, min(12, (os.cpu_count() or 2) - 2)))
     ap.add_argument("--max-samples", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=240.0)
-    ap.add_argument("--json", default="", help="write both results and the differences")
+    ap.add_argument("--json", default="", help="write the counts and the differences as "
+                    "tables (flagos.bench_results)")
+    ap.add_argument("--raw-json", default="", help="write both sweeps' per-OpInfo results")
+    ap.add_argument("--log-dir", default="", help="append each sweep's progress lines here")
     args = ap.parse_args(argv)
     ops = [] if args.all else _opinfo_names(set(_flag_gems_op_names()))
     with tempfile.TemporaryDirectory() as tmp:
-        gems = _sweep("gems,boxing", ops, args, os.path.join(tmp, "gems.json"))
-        ref = _sweep("flaggems-cuda", ops, args, os.path.join(tmp, "ref.json"))
+        # Both sweeps at once, the workers split between them: they share the GPU and
+        # Triton's kernel cache, and the wall time is what limits a run on a GPU machine.
+        half = max(1, args.jobs // 2)
+        runs = {route: (_start_sweep(route, ops, args, half, os.path.join(tmp, f"{i}.json")),
+                        os.path.join(tmp, f"{i}.json"))
+                for i, route in enumerate(("gems,boxing", "flaggems-cuda"))}
+        gems, ref = (_finish_sweep(*runs[route]) for route in ("gems,boxing", "flaggems-cuda"))
     status = {name: {r["op"]: r for r in run["results"]} for name, run in
               (("gems", gems), ("flaggems", ref))}
     both = sorted(set(status["gems"]) & set(status["flaggems"]))
@@ -88,11 +101,37 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\npass through flagos, fail with FlagGems on CUDA ({len(only_gems)}):")
     for op in only_gems:
         print(f"  {op}: {status['flaggems'][op].get('error', '')[:200]}")
-    if args.json:
-        with open(args.json, "w") as f:
+    if args.raw_json:
+        with open(args.raw_json, "w") as f:
             json.dump({"gems": gems, "flaggems_cuda": ref, "fail_only_through_flagos": only_ref,
                        "fail_only_on_flaggems": only_gems}, f, indent=1)
+    if args.json:
+        from flagos.bench_results import write_json
+
+        write_json(args.json, tables(gems, ref, only_ref, only_gems, status))
     return 0
+
+
+def tables(gems: dict, ref: dict, only_ref: list[str], only_gems: list[str], status: dict):
+    """The counts of both sweeps and the OpInfos on which they differ, as result tables."""
+    from flagos.bench_results import Table
+
+    counts = Table("gems-sweep", "gems: OpInfo sweep through gems routes (gems, then boxing) "
+                   "vs FlagGems on plain CUDA tensors (flag_gems.enable()), both against the "
+                   "CPU, OpInfos named like FlagGems' ops",
+                   ["run", "passed", "failed", "skipped"])
+    for label, run in (("flagos gems,boxing", gems), ("FlagGems on CUDA", ref)):
+        s = run["summary"]
+        counts.add(label, s["passed"], s["failed"], s["skipped"])
+    counts.notes.append(f"pass with FlagGems on CUDA, fail through flagos: {len(only_ref)}; "
+                        f"pass through flagos, fail with FlagGems on CUDA: {len(only_gems)}")
+    diff = Table("gems-sweep-differences", "gems: OpInfos whose result differs between the "
+                 "gems route and FlagGems on CUDA", ["OpInfo", "passes on", "error on the other"])
+    for op in only_ref:
+        diff.add(op, "FlagGems on CUDA", status["gems"][op].get("error", "")[:160])
+    for op in only_gems:
+        diff.add(op, "flagos gems", status["flaggems"][op].get("error", "")[:160])
+    return [counts, diff]
 
 
 if __name__ == "__main__":

@@ -124,6 +124,22 @@ def test_random_op_follows_manual_seed_and_generators(test_library) -> None:
     assert _calls("aten::bernoulli_.float") == 5
 
 
+def test_keyword_aliases_apply_only_to_kernels_lacking_the_schema_name() -> None:
+    from flagos_ops_gems._keywords import adapt_keywords
+
+    def own_name(self, n, replacement=False, *, gen=None):
+        return gen
+
+    def schema_name(self, n, replacement=False, *, generator=None):
+        return generator
+
+    aliases = {"generator": "gen"}
+    renamed = adapt_keywords("aten::multinomial", own_name, aliases)
+    assert renamed(None, 1, generator="g") == "g"
+    assert adapt_keywords("aten::multinomial", schema_name, aliases) is schema_name
+    assert adapt_keywords("aten::multinomial", own_name, {}) is own_name
+
+
 def test_autograd_through_the_provider(test_library) -> None:
     a = torch.randn(50, requires_grad=True)
     x = a.detach().to("flagos").requires_grad_()

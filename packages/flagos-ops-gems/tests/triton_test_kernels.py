@@ -12,6 +12,7 @@ arguments in, results out, allocations with ``torch.empty`` on the input's devic
 from __future__ import annotations
 
 import os
+from types import MappingProxyType
 
 import torch
 from flagos_ops_gems import KernelLibrary, LibraryUnavailable
@@ -87,13 +88,15 @@ def _kernels():
         absolute[grid(out.numel())](self, out, out.numel(), B=BLOCK)
         return out
 
-    def bernoulli_(self, p=0.5, *, generator=None):
+    def bernoulli_(self, p=0.5, *, gen=None):
+        # Its generator parameter is named otherwise than the schema's (as FlagGems 5.0's
+        # multinomial names it): the library declares the alias.
         if not simple(self):
             return NotImplemented
         note(self)
         # flagos passes its generator's twin generator (CPU on sim, CUDA on a CUDA HAL)
-        device = generator.device if generator is not None else self.device
-        seed = int(torch.randint(0, 2**31 - 1, (1,), generator=generator, device=device))
+        device = gen.device if gen is not None else self.device
+        seed = int(torch.randint(0, 2**31 - 1, (1,), generator=gen, device=device))
         bernoulli[grid(self.numel())](self, float(p), seed, self.numel(), B=BLOCK)
         return self
 
@@ -117,6 +120,7 @@ class TritonTestKernels(KernelLibrary):
     """The test library; ``fail`` makes its load fail with that reason."""
 
     name = "flagos test kernels"
+    keyword_aliases = MappingProxyType({"generator": "gen"})
 
     def __init__(self, fail: str | None = None) -> None:
         self.fail = fail

@@ -1,6 +1,6 @@
 """Benchmarks: flagos against native PyTorch, measured side by side in one run.
 
-    python -m flagos.bench [--quick] [--only NAME[,NAME]]
+    python -m flagos.bench [--quick] [--only NAME[,NAME]] [--json out.json]
 
 Sections: ``alloc`` (allocator malloc/free throughput vs the native allocator), ``copy``
 (``tensor.to("flagos")`` / ``.cpu()`` bandwidth vs a native copy of the same bytes),
@@ -8,7 +8,8 @@ Sections: ``alloc`` (allocator malloc/free throughput vs the native allocator), 
 tensors), ``model`` (training throughput of a transformer stack vs native). The native
 reference is the HAL's twin device: CPU for sim, CUDA for the cuda HAL. Ratios are
 flagos time / native time (lower is better; 1.0 is parity), except bandwidth and
-throughput ratios, which are flagos / native (higher is better).
+throughput ratios, which are flagos / native (higher is better). ``--json`` writes the
+tables (flagos.bench_results) for the benchmarks page.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 import flagos
+from flagos.bench_results import Plot, Table, write_json
 
 
 def _native_device() -> torch.device:
@@ -77,20 +79,21 @@ def paired(flagos_fn: Callable[[], object], native_fn: Callable[[], object],
     return min(fl), min(nat)
 
 
-def bench_alloc(native: torch.device, min_time: float) -> list[str]:
-    out = ["## allocator: malloc+free of one tensor (us per pair; ratio flagos/native)"]
+def bench_alloc(native: torch.device, min_time: float) -> Table:
+    t = Table("alloc", "allocator: malloc+free of one tensor (ratio flagos/native)",
+              ["bytes", "flagos us", "native us", "ratio"])
     for nbytes in (512, 64 << 10, 4 << 20):
         n = nbytes // 4
         f, c = paired(lambda n=n: torch.empty(n, device="flagos"),
                       lambda n=n: torch.empty(n, device=native), native, min_time)
-        out.append(f"  {nbytes:>9} B   flagos {f * 1e6:8.2f}   native {c * 1e6:8.2f}   "
-                   f"ratio {f / c:6.2f}")
-    return out
+        t.add(nbytes, f * 1e6, c * 1e6, f / c)
+    return t
 
 
-def bench_copy(native: torch.device, min_time: float) -> list[str]:
-    out = [("## host<->device copies: GB/s, flagos vs the same transfer to/from the native "
-            "device (ratio flagos/native bandwidth)")]
+def bench_copy(native: torch.device, min_time: float) -> Table:
+    t = Table("copy", ("host<->device copies, flagos vs the same transfer to/from the native "
+                       "device (ratio flagos/native bandwidth)"),
+              ["MiB", "direction", "flagos GB/s", "native GB/s", "ratio"])
     for mib in (1, 64):
         n = (mib << 20) // 4
         host = torch.randn(n)
@@ -107,9 +110,8 @@ def bench_copy(native: torch.device, min_time: float) -> list[str]:
             (f_fn, f_src), (n_fn, n_src) = pairs
             t_f = timeit(f_fn, torch.device("flagos", 0), min_time, args=(f_src,), kwargs=kw)
             t_n = timeit(n_fn, native, min_time, args=(n_src,), kwargs=kw)
-            out.append(f"  {mib:>4} MiB {name:20} flagos {n * 4 / t_f / 1e9:7.2f} GB/s   "
-                       f"native {n * 4 / t_n / 1e9:7.2f} GB/s   ratio {t_n / t_f:5.2f}")
-    return out
+            t.add(mib, name, n * 4 / t_f / 1e9, n * 4 / t_n / 1e9, t_n / t_f)
+    return t
 
 
 SMALL_OPS: dict[str, Callable[[torch.Tensor, torch.Tensor], object]] = {
@@ -123,20 +125,27 @@ SMALL_OPS: dict[str, Callable[[torch.Tensor, torch.Tensor], object]] = {
 
 
 def bench_ops(native: torch.device, min_time: float,
-              routes: tuple[str, ...] = ("boxing", "cpu")) -> list[str]:
+              routes: tuple[str, ...] = ("boxing", "cpu")) -> Table:
     routes = tuple(r for r in routes if r in flagos.routing.providers())
-    out = [(f"## per-op latency, 16x16 float32 (us per op; ratio route/native) on "
-            f"{flagos.get_device_name(0)} vs {native}")]
+    t = Table("ops", (f"per-op latency, 16x16 float32, on {flagos.get_device_name(0)} vs "
+                      f"{native.type} (ratio route/native; 1.0 is parity)"),
+              ["op", *(f"{r} us" for r in routes), "native us",
+               *(f"{r} ratio" for r in routes)],
+              plot=Plot("bar", "op", [f"{r} ratio" for r in routes],
+                        ylabel="time per op / native", reference=1.0))
     a_n, b_n = torch.randn(16, 16, device=native), torch.randn(16, 16, device=native)
     a_f, b_f = a_n.to("flagos"), b_n.to("flagos")
+    times: dict[str, dict[str, tuple[float, float]]] = {}
     for route in routes:
         with flagos.routing.override({"default": [route]}):
             for name, fn in SMALL_OPS.items():
-                f, c = paired(lambda fn=fn: fn(a_f, b_f), lambda fn=fn: fn(a_n, b_n), native,
-                              min_time)
-                out.append(f"  {route:8} {name:8} flagos {f * 1e6:8.2f}   native {c * 1e6:8.2f}"
-                           f"   ratio {f / c:5.2f}")
-    return out
+                times.setdefault(name, {})[route] = paired(
+                    lambda fn=fn: fn(a_f, b_f), lambda fn=fn: fn(a_n, b_n), native, min_time)
+    for name, per in times.items():
+        nat = min(c for _, c in per.values())  # the native side, timed beside each route
+        t.add(name, *(per[r][0] * 1e6 for r in routes), nat * 1e6,
+              *(per[r][0] / per[r][1] for r in routes))
+    return t
 
 
 LAYERS: dict[str, Callable[[dict[str, torch.Tensor]], object]] = {
@@ -148,7 +157,7 @@ LAYERS: dict[str, Callable[[dict[str, torch.Tensor]], object]] = {
 }
 
 
-def bench_layers(native: torch.device, min_time: float) -> list[str]:
+def bench_layers(native: torch.device, min_time: float) -> Table:
     """A conv net's layers (inference) through boxing: ops whose twin kernels allocate
     their results (convolution, batch norm), which flagos then adopts or copies."""
     n, c, hw = (32, 64, 64) if native.type == "cuda" else (8, 16, 32)
@@ -158,17 +167,17 @@ def bench_layers(native: torch.device, min_time: float) -> list[str]:
            "v": torch.randn(n, c), "fc": torch.randn(10, c)}
     t_n = {k: v.to(native) for k, v in t_n.items()}
     t_f = {k: v.to("flagos") for k, v in t_n.items()}
-    out = [(f"## conv-net layers, inference, {n}x3x{hw}x{hw} input, {c} channels "
-            "(us per op; ratio boxing/native)")]
+    t = Table("layers", (f"conv-net layers, inference, {n}x3x{hw}x{hw} input, {c} channels, "
+                         "through boxing (ratio boxing/native)"),
+              ["layer", "flagos us", "native us", "ratio"])
     with torch.no_grad(), flagos.routing.override({"default": ["boxing"]}):
         for name, fn in LAYERS.items():
             f, nat = paired(lambda fn=fn: fn(t_f), lambda fn=fn: fn(t_n), native, min_time)
-            out.append(f"  boxing   {name:14} flagos {f * 1e6:8.2f}   native {nat * 1e6:8.2f}"
-                       f"   ratio {f / nat:5.2f}")
-    return out
+            t.add(name, f * 1e6, nat * 1e6, f / nat)
+    return t
 
 
-def bench_model(native: torch.device, min_time: float, quick: bool) -> list[str]:
+def bench_model(native: torch.device, min_time: float, quick: bool) -> Table:
     """Forward+backward of a Llama-style stack, flagos vs native, same weights and batch.
     On CUDA: 8 layers of dim 2048 in bf16, 8x1024 tokens a step (a few TFLOP per step)."""
     from flagos.models import LlamaConfig, TinyLlama
@@ -184,8 +193,13 @@ def bench_model(native: torch.device, min_time: float, quick: bool) -> list[str]
     torch.manual_seed(0)
     tokens = torch.randint(0, cfg.vocab_size, (batch, seq + 1))
     results: dict[str, float] = {}
-    lines = [(f"## model: TinyLlama {cfg.n_layers}x{cfg.dim} {str(dtype).split('.')[-1]} "
-              f"forward+backward, batch {batch}x{seq}, mean of {steps} steps")]
+    rounds: dict[str, list[float]] = {}
+    table = Table("model", (f"model: TinyLlama {cfg.n_layers}x{cfg.dim} "
+                            f"{str(dtype).split('.')[-1]} forward+backward, batch {batch}x{seq}, "
+                            f"mean of {steps} steps, best of 2 rounds"),
+                  ["model", "flagos tok/s", "native tok/s", "throughput ratio"],
+                  plot=Plot("bar", "model", ["throughput ratio"],
+                            ylabel="flagos / native throughput", reference=1.0))
     flagos.routing.reset_stats()
     flagos_dev = torch.device("flagos", 0)
     torch.manual_seed(1)
@@ -205,14 +219,15 @@ def bench_model(native: torch.device, min_time: float, quick: bool) -> list[str]
         timer = CleanProcessTimer(dataclasses.asdict(cfg), str(native), dtype, batch, seq,
                                   seed=1)
         sides[native.type] = timer
-        lines.append(f"  ({native.type} timed in a clean process without flagos: "
-                     "pytorch/pytorch#161129)")
+        table.notes.append(f"{native.type} timed in a clean process without flagos: "
+                           "pytorch/pytorch#161129")
     try:
         # Alternate the devices so drift (clocks, other load) hits both alike.
         for rnd in range(2):
             for name, run in sides.items():
                 t = run(2 if rnd == 0 else 0, steps)
                 results[name] = min(results.get(name, t), t)
+                rounds.setdefault(name, []).append(t)
                 print(f"  round {rnd} {name}: {t * 1e3:.1f} ms/step", flush=True)
     finally:
         if timer is not None:
@@ -223,9 +238,13 @@ def bench_model(native: torch.device, min_time: float, quick: bool) -> list[str]
     for per in flagos.routing.stats().values():
         for provider, st in per.items():
             used[provider] = used.get(provider, 0) + st["calls"]
-    lines.append(f"  flagos {tok / f:10.0f} tok/s   native {tok / c:10.0f} tok/s   "
-                 f"throughput ratio {c / f:5.3f}   (flagos ops by provider: {used})")
-    return lines
+    table.add(f"TinyLlama {cfg.n_layers}x{cfg.dim}", tok / f, tok / c, c / f)
+    table.notes.append("flagos ops by provider: " +
+                       ", ".join(f"{p} {n}" for p, n in sorted(used.items())))
+    table.notes.append("rounds: " + "; ".join(
+        f"{name} {', '.join(f'{s * 1e3:.1f}' for s in times)} ms/step"
+        for name, times in rounds.items()))
+    return table
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -235,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--routes", default="boxing,cpu",
                    help="the routes the per-op section times (the CPU route of a CUDA HAL "
                         "copies through the host: tens of seconds)")
+    p.add_argument("--json", default="", help="also write the tables here (JSON)")
     p.add_argument("--threads", type=int, default=0,
                    help="torch CPU threads for both sides (0: torch's default). On a loaded "
                         "machine 1 avoids OpenMP barriers waiting for a time slice")
@@ -251,15 +271,20 @@ def main(argv: list[str] | None = None) -> int:
                 "ops": lambda: bench_ops(native, min_time, tuple(args.routes.split(","))),
                 "layers": lambda: bench_layers(native, min_time),
                 "model": lambda: bench_model(native, min_time, args.quick)}
-    print_sections(sections, args.only)
+    tables = run_sections(sections, args.only)
+    if args.json:
+        write_json(args.json, tables)
     return 0
 
 
-def print_sections(sections: dict[str, Callable[[], list[str]]], only: str) -> None:
-    """Runs the comma-separated sections of ``only`` in order, printing their lines."""
+def run_sections(sections: dict[str, Callable[[], Table]], only: str) -> list[Table]:
+    """Runs the comma-separated sections of ``only`` in order, printing each table."""
+    tables = []
     for name in only.split(","):
-        for line in sections[name.strip()]():
-            print(line, flush=True)
+        table = sections[name.strip()]()
+        print(table.format(), flush=True)
+        tables.append(table)
+    return tables
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from types import MappingProxyType
 
 from ._library import KernelLibrary, LibraryUnavailable, OpTable
 
@@ -37,6 +38,7 @@ class FlagGems(KernelLibrary):
     """The FlagGems Triton kernel library (package ``flag-gems``, module ``flag_gems``)."""
 
     name = "FlagGems"
+    keyword_aliases = MappingProxyType({"generator": "gen"})  # multinomial(..., *, gen=None) in 5.0
 
     def __init__(self) -> None:
         self.import_seconds: float | None = None

@@ -9,6 +9,7 @@ aliases of flagos tensors, so the library never learns about flagos.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from types import MappingProxyType
 
 __all__ = ["KernelLibrary", "LibraryUnavailable", "OpTable"]
 
@@ -28,6 +29,9 @@ class KernelLibrary:
     """
 
     name: str = ""
+    keyword_aliases: Mapping[str, str] = MappingProxyType({})
+    """Schema keyword -> the library's own name for it, for kernels that name a kwarg-only
+    schema argument otherwise (applied only to kernels lacking the schema's name)."""
 
     def load(self) -> tuple[OpTable, frozenset[str]]:
         """Import the library (called once, on first use) and return its op table and the

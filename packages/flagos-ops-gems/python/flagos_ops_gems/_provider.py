@@ -17,6 +17,7 @@ from collections.abc import Callable
 import torch
 from flagos.routing import Provider
 
+from ._keywords import adapt_keywords
 from ._library import KernelLibrary, LibraryUnavailable, OpTable
 
 __all__ = ["KernelLibraryProvider"]
@@ -78,7 +79,9 @@ class KernelLibraryProvider(Provider):
                 # The library serves functional forms; they must reach the dispatcher as
                 # such rather than as their out= forms.
                 route_ops_as_themselves(op for op in table if _reaches_flagos(op))
-                self._loaded = (dict(table), frozenset(twins))
+                aliases = self.library.keyword_aliases
+                self._loaded = ({op: adapt_keywords(op, k, aliases) for op, k in table.items()},
+                                frozenset(twins))
         return self._loaded
 
     def ops(self) -> list[str]:
