@@ -40,6 +40,7 @@ def test_a_failed_stream_create_leaves_the_pool_usable():
     """The stream pool creates its HAL streams on first use, which the sweep's warm-up
     already did: fail a creation here, at a priority whose pool is not full yet."""
     ctl = fault_sweep.control()
+    fault_sweep.touch_default_streams()  # a fault's probe would create them (lazily)
     live = ctl.live()
     for priority in (-2, -1, 0):
         before = ctl.calls("stream_create")

@@ -123,3 +123,20 @@ def test_control_refuses_other_hals(tmp_path):
         name = "cuda"
     with pytest.raises(ValueError, match="sim HAL feature"):
         SimControl(NotSim())  # type: ignore[arg-type]
+
+
+def test_a_lost_device_fails_every_call_until_reset(hal, ctl):
+    s = hal.default_stream(0)
+    ctl.arm("stream_synchronize:1:lost")
+    with pytest.raises(HalError, match="injected fault .FLAGOS_SIM_FAULT., the device is lost"):
+        hal.stream_synchronize(s)
+    for call in (lambda: hal.malloc(0, 64), lambda: hal.call("stream_query", s),
+                 lambda: hal.call("device_synchronize", 1)):
+        with pytest.raises(HalError, match="lost after an injected fault of stream_synchronize") as e:
+            call()
+        assert e.value.status == Status.DEVICE_FAULT
+    ctl.disarm()  # a reset
+    hal.stream_synchronize(s)
+    hal.free(0, hal.malloc(0, 64))
+    with pytest.raises(HalError, match="bad fault entry"):
+        ctl.arm("malloc:1:gone")

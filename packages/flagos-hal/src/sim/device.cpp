@@ -82,6 +82,7 @@ const FaultKind kFaultKinds[] = {
 };
 constexpr int kKinds = sizeof kFaultKinds / sizeof kFaultKinds[0];
 constexpr int kMaxPerKind = 16;  // armed call numbers per kind
+constexpr uint64_t kLostBit = uint64_t(1) << 63;  // KIND:N:lost, the device is lost after it
 
 // Read by every intercepted call, from any thread, while a test may re-arm: atomics only.
 struct Faults {
@@ -89,6 +90,7 @@ struct Faults {
   std::atomic<uint64_t> at[kKinds][kMaxPerKind];  // call numbers that fail; 0: unused
   std::atomic<uint64_t> calls[kKinds];
   std::atomic<bool> counting{false};  // FLAGOS_SIM_FAULT set, or armed at run time
+  std::atomic<int> lost{-1};  // the kind whose KIND:N:lost fault fired; -1: not lost
   std::mutex arm_mu;
   std::string kinds;  // "malloc,host_malloc,..."
 };
@@ -110,11 +112,14 @@ bool parse_faults(const std::string& spec, std::vector<uint64_t> (&out)[kKinds],
     size_t colon = item.find(':');
     int k = kind_index(item.substr(0, colon));
     long long n = colon == std::string::npos ? 0 : std::atoll(item.c_str() + colon + 1);
-    if (k < 0 || n <= 0 || out[k].size() >= kMaxPerKind) {
+    size_t second = colon == std::string::npos ? std::string::npos : item.find(':', colon + 1);
+    bool lost = second != std::string::npos && item.compare(second, std::string::npos, ":lost") == 0;
+    if (k < 0 || n <= 0 || out[k].size() >= kMaxPerKind || (second != std::string::npos && !lost)) {
       *bad = item;
       return false;
     }
-    out[k].push_back(static_cast<uint64_t>(n));
+    // A lost device's fault is stored with the top bit set (call numbers never reach it).
+    out[k].push_back(static_cast<uint64_t>(n) | (lost ? kLostBit : 0));
   }
   return true;
 }
@@ -161,15 +166,17 @@ Status arm_faults(const char* text) {
   std::string bad;
   if (!parse_faults(text ? text : "", at, &bad)) {
     return kit::fail(FLAGOS_ERROR_INVALID_VALUE,
-                     "arm: bad fault entry '%s' (expected KIND:N with N >= 1, at most %d per kind, KIND "
+                     "arm: bad fault entry '%s' (expected KIND:N or KIND:N:lost with N >= 1, at most %d per kind, KIND "
                      "one of %s)", bad.c_str(), kMaxPerKind, g_faults->kinds.c_str());
   }
   std::lock_guard<std::mutex> lock(g_faults->arm_mu);
   g_faults->counting.store(true);
+  g_faults->lost.store(-1);  // arming resets a lost device, as a device reset would
   for (int k = 0; k < kKinds; ++k) {
     uint64_t base = g_faults->calls[k].load();
     for (int i = 0; i < kMaxPerKind; ++i) {
-      g_faults->at[k][i].store(i < static_cast<int>(at[k].size()) ? base + at[k][i] : 0);
+      uint64_t a = i < static_cast<int>(at[k].size()) ? at[k][i] : 0;
+      g_faults->at[k][i].store(a ? (base + (a & ~kLostBit)) | (a & kLostBit) : 0);
     }
   }
   return FLAGOS_SUCCESS;
@@ -211,9 +218,22 @@ Status Sim::intercept(Op op) {
   int k = g_faults->kind_of[static_cast<int>(op)];
   if (k < 0) return FLAGOS_SUCCESS;
   uint64_t n = ++g_faults->calls[k];
+  int lost = g_faults->lost.load(std::memory_order_relaxed);
+  if (lost >= 0) {
+    return kit::fail(FLAGOS_ERROR_DEVICE_FAULT,
+                     "%s: the device is lost after an injected fault of %s (FLAGOS_SIM_FAULT "
+                     "%s:N:lost); every call fails until it is reset", kit::op_name(op),
+                     kFaultKinds[lost].name, kFaultKinds[lost].name);
+  }
   for (auto& slot : g_faults->at[k]) {
     uint64_t at = slot.load(std::memory_order_relaxed);
-    if (at == n) return kit::fail(kFaultKinds[k].status, "%s: injected fault (FLAGOS_SIM_FAULT)", kit::op_name(op));
+    if ((at & ~kLostBit) != n || at == 0) continue;
+    if (at & kLostBit) {
+      g_faults->lost.store(k);
+      return kit::fail(FLAGOS_ERROR_DEVICE_FAULT,
+                       "%s: injected fault (FLAGOS_SIM_FAULT), the device is lost", kit::op_name(op));
+    }
+    return kit::fail(kFaultKinds[k].status, "%s: injected fault (FLAGOS_SIM_FAULT)", kit::op_name(op));
   }
   return FLAGOS_SUCCESS;
 }
