@@ -22,4 +22,9 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
   --platform manylinux2014_x86_64 -d .whl diffusers==0.42.1 huggingface-hub==1.33.0 \
   click hf-xet importlib_metadata zipp pillow requests charset_normalizer idna urllib3 certifi
+# accelerate for from_pretrained(..., device_map="flagos") in flagos-quant's tests and
+# benchmark (without dependencies: torch stays the machine's), and psutil, which it imports.
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+  --platform manylinux2014_x86_64 -d .whl accelerate==1.15.0 psutil
 ls .whl

@@ -3,7 +3,8 @@
 # $OUT (the device tool's output folder). Wheels the machine lacks are carried in .whl/
 # (tools/fetch_gpu_wheels.sh fetches them; name .whl in the run's carry).
 # Usage: tools/gpu_check.sh STEP...   steps: build conformance demo bench model sweep tests
-#        nox compile dist profile gems gems-tests gems-bench gems-model gems-sweep zoo native faults
+#        nox compile dist profile gems gems-tests gems-bench gems-model gems-sweep zoo zoo-gems native
+#        tune tune-tests quant faults
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:-/tmp/flagos-out}; mkdir -p "$OUT"
@@ -17,7 +18,7 @@ for s in "$@"; do
     build)
       step build
       nvidia-smi -L; python3 -c "import torch; print('torch', torch.__version__, 'cuda devices', torch.cuda.device_count())"
-      for p in flagos-hal flagos-core flagos-ops-boxing flagos-ops-gems flagos-distributed flagos-compile; do
+      for p in flagos-hal flagos-core flagos-ops-boxing flagos-ops-gems flagos-quant flagos-distributed flagos-compile; do
         [[ -f packages/$p/pyproject.toml ]] || continue
         CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip install --no-build-isolation --no-deps "./packages/$p" \
           > "$OUT/build-$p.log" 2>&1 && echo "built $p" || { echo "BUILD FAILED $p"; tail -30 "$OUT/build-$p.log"; }
@@ -53,6 +54,11 @@ for s in "$@"; do
            timeout 540 python3 -m pytest -q -p no:cacheprovider --durations=10 integration_tests/models \
            2>&1 | tee "$OUT/zoo.log" | tail -40
          python3 integration_tests/models/zoo_table.py "$OUT/zoo-cuda.json" | tee "$OUT/zoo-cuda.md" ;;
+    zoo-gems) step zoo-gems  # a Transformers and a Diffusers model through the gems routes
+      PYTHONPATH=/tmp/site FLAGOS_ROUTES_FILE=gems FLAGOS_HAL=cuda FLAGOS_TEST_HW=cuda HF_HUB_OFFLINE=1 \
+        FLAGOS_ZOO_RESULTS="$OUT/zoo-gems.json" timeout ${ZOO_GEMS_TIMEOUT:-400} python3 -m pytest -q -p no:cacheprovider \
+        integration_tests/models/test_zoo.py -k "Llama or UNet2DModel" 2>&1 | tee "$OUT/zoo-gems.log" | tail -20
+      python3 integration_tests/models/zoo_table.py "$OUT/zoo-gems.json" | tee "$OUT/zoo-gems.md" ;;
     compile) step compile; FLAGOS_HAL=cuda timeout ${COMPILE_TIMEOUT:-400} python3 packages/flagos-compile/benchmarks/compile_speedup.py --device cuda \
              2>&1 | tee "$OUT/compile.log" | tail -30 ;;
     profile) step profile; FLAGOS_HAL=cuda timeout 150 python3 tools/gpu_profile_model.py flagos 2>&1 | tee "$OUT/profile-flagos.log" | tail -60
@@ -77,5 +83,19 @@ print(flagos.routing.explain('aten::mm')); print(flagos.routing.stats())" 2>&1 |
              --only model 2>&1 | tee "$OUT/gems-model.log" | tail -20 ;;
     gems-sweep) step gems-sweep; FLAGOS_HAL=cuda timeout 590 python3 packages/flagos-ops-gems/benchmarks/opinfo_vs_flaggems.py \
              --jobs 14 --max-samples 3 --json "$OUT/gems-sweep.json" --raw-json "$OUT/gems-sweep-raw.json" --log-dir "$OUT" > "$OUT/gems-sweep.log" 2>&1; tail -60 "$OUT/gems-sweep.log" ;;
+    # Route tuning (after build, native, and with flag-gems carried): tuned routes vs
+    # single-provider routes for the TinyLlama training step; then the tuning and shadow tests.
+    tune) step tune; FLAGOS_HAL=cuda timeout 590 python3 packages/flagos-core/benchmarks/tuned_routes.py \
+             --size ${TUNE_SIZE:-default} --routes "$OUT/tuned-cuda.toml" --json "$OUT/tuned-routes.json" \
+             2>&1 | tee "$OUT/tune.log" | tail -60 ;;
+    tune-tests) step tune-tests; FLAGOS_HAL=cuda FLAGOS_TEST_HW=cuda timeout 400 python3 -m pytest -q -p no:cacheprovider \
+             --durations=5 packages/flagos-core/tests/test_tuning.py packages/flagos-core/tests/test_shadow.py \
+             2>&1 | tee "$OUT/tune-tests.log" | tail -30 ;;
+    # FP8/NVFP4 emulation (flagos-quant; accelerate carried in .whl/ for device_map=):
+    # its tests on the cuda HAL, then emulated vs bf16 vs the H200's native FP8 _scaled_mm.
+    quant) step quant; FLAGOS_HAL=cuda FLAGOS_TEST_HW=cuda HF_HUB_OFFLINE=1 timeout 300 python3 -m pytest -q \
+             -p no:cacheprovider --durations=5 packages/flagos-quant/tests 2>&1 | tee "$OUT/quant-tests.log" | tail -15
+           FLAGOS_HAL=cuda timeout 400 python3 packages/flagos-quant/benchmarks/quant_bench.py \
+             --json "$OUT/quant.json" 2>&1 | tee "$OUT/quant-bench.log" | tail -40 ;;
   esac
 done

@@ -11,6 +11,7 @@
 #include "compiled_code.h"
 #include "dispatch/cpu_dtype_gaps.h"
 #include "dispatch/dispatcher.h"
+#include "dispatch/provider_call.h"
 #include "dispatch/routed_as_themselves.h"
 #include "runtime/allocator.h"
 #include "runtime/device_fault.h"
@@ -188,14 +189,20 @@ PYBIND11_MODULE(_C, m) {
     else if (kind == "external") {
       flagos::register_external_provider_capsule(name, fn.ptr());
       return;
+    } else if (kind == "wrapper") {
+      TORCH_CHECK(!fn.is_none(), "flagos: a wrapper provider needs a callable");
+      flagos::register_wrapper_provider(name, fn.ptr());
+      return;
     } else throw std::invalid_argument("flagos: unknown provider engine '" + kind +
-                                       "' (expected cpu, twin, python, foreign or external)");
+                                       "' (expected cpu, twin, python, foreign, external or wrapper)");
     TORCH_CHECK((k != flagos::EngineKind::PYTHON && k != flagos::EngineKind::FOREIGN) ||
                     !fn.is_none(),
                 "flagos: a ", kind, " provider needs a callable");
     flagos::register_provider(name, k, fn.is_none() ? nullptr : fn.ptr());
   }, py::arg("name"), py::arg("kind"), py::arg("fn") = py::none());
   m.def("_providers", &flagos::registered_providers);
+  m.def("_run_provider", &flagos::run_provider_from_python, py::arg("provider"), py::arg("op"),
+        py::arg("args"), py::arg("kwargs"), py::arg("device"));
   m.def("_routed_kernel_ops", &flagos::routed_kernel_ops);
   m.def("_route_ops_as_themselves", &flagos::route_ops_as_themselves);
   m.def("_cpu_dtype_gaps", &flagos::cpu_dtype_gap_counts);

@@ -8,11 +8,13 @@ device, two HALs, autoload); they go through the ``run_python`` fixture, which s
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+import textwrap
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import flagos
@@ -85,6 +87,34 @@ def run_python() -> Callable[..., subprocess.CompletedProcess]:
         return proc
 
     return run
+
+
+@pytest.fixture
+def install_distribution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                         ) -> Iterator[Callable[[str, str, str], str]]:
+    """``install(dist_name, module_source, entry_points)``: a fake installed distribution
+    (a module and a dist-info whose entry_points.txt is ``entry_points``, in which
+    ``{module}`` names the module) on sys.path; returns the module's name. Removed after
+    the test."""
+    modules: list[str] = []
+
+    def install(dist_name: str, source: str, entry_points: str) -> str:
+        module = f"{dist_name.replace('-', '_')}_{tmp_path.name.replace('-', '_')}"
+        (tmp_path / f"{module}.py").write_text(source)
+        info = tmp_path / f"{dist_name.replace('-', '_')}-0.0.0.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: {dist_name}\nVersion: 0.0.0\n")
+        (info / "entry_points.txt").write_text(
+            textwrap.dedent(entry_points).replace("{module}", module))
+        monkeypatch.syspath_prepend(str(tmp_path))
+        importlib.invalidate_caches()
+        modules.append(module)
+        return module
+
+    yield install
+    for module in modules:
+        sys.modules.pop(module, None)
 
 
 @pytest.fixture(scope="session")

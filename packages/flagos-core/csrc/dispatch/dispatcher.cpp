@@ -30,6 +30,7 @@ struct Provider {
   EngineKind kind;
   PyObjectRef callable;  // PYTHON only
   ExternalEngine external;  // EXTERNAL only
+  bool wrapper = false;  // register_wrapper_provider
 };
 
 using Counters = RouteCounters;
@@ -40,6 +41,8 @@ struct Route {
   std::vector<Counters*> counters;
   // The twin device type when the chain starts with the twin engine (see twin_route).
   std::optional<c10::DeviceType> twin;
+  // Whether the first provider after any wrappers is FOREIGN (route_starts_foreign).
+  bool foreign_first = false;
 };
 
 }  // namespace
@@ -113,6 +116,11 @@ const Route* resolve(OpState& st, c10::DeviceIndex device, uint64_t version) {
     auto cpu = find_provider("cpu");
     TORCH_INTERNAL_ASSERT(cpu, "flagos: the cpu provider is not registered");
     route->chain.push_back(cpu);
+  }
+  for (const auto& p : route->chain) {
+    if (p->wrapper) continue;
+    route->foreign_first = p->kind == EngineKind::FOREIGN;
+    break;
   }
   EngineKind head = route->chain.front()->kind;
   if (head == EngineKind::TWIN) route->twin = twin_device_type(device);
@@ -202,6 +210,26 @@ void run_routed(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::
   TORCH_CHECK(false, "flagos: no provider accepted ", st.name);
 }
 
+bool run_with_provider(const std::string& name, const c10::OperatorHandle& op,
+                       torch::jit::Stack* stack, c10::DeviceIndex device) {
+  auto p = find_provider(name);
+  TORCH_CHECK(p, "flagos: no provider named '", name, "' is registered with the core");
+  hal_device(device);
+  OpState& st = op_state(op);
+  Counters* c;
+  {
+    std::lock_guard<std::mutex> lock(st.mutex);
+    auto& slot = st.counters[name];
+    if (!slot) slot = std::make_unique<Counters>();
+    c = slot.get();
+  }
+  uint64_t t0 = op_clock::now();
+  bool accepted = run_provider(*p, op, stack, device);
+  if (accepted) record_call(c, op_clock::now() - t0);
+  else c->declined.fetch_add(1, std::memory_order_relaxed);
+  return accepted;
+}
+
 OpState& routing_state(const c10::OperatorHandle& op) {
   return op_state_slow(op, &op.operator_name());
 }
@@ -213,7 +241,7 @@ std::optional<TwinRoute> twin_route(OpState& st, c10::DeviceIndex device) {
 }
 
 bool route_starts_foreign(OpState& st, c10::DeviceIndex device) {
-  return current_route(st, device)->chain.front()->kind == EngineKind::FOREIGN;
+  return current_route(st, device)->foreign_first;
 }
 
 void record_call(RouteCounters* counters, uint64_t ticks) {
@@ -249,6 +277,20 @@ void register_provider(const std::string& name, EngineKind kind, void* py_callab
   p->name = name;
   p->kind = kind;
   if (py_callable) p->callable = PyObjectRef(py_callable);
+  {
+    std::unique_lock<std::shared_mutex> lock(g_providers_mutex);
+    g_providers[name] = std::move(p);
+  }
+  bump_routing_version();
+}
+
+void register_wrapper_provider(const std::string& name, void* py_callable) {
+  TORCH_CHECK(py_callable, "flagos: wrapper provider '", name, "' needs a callable");
+  auto p = std::make_shared<Provider>();
+  p->name = name;
+  p->kind = EngineKind::PYTHON;
+  p->callable = PyObjectRef(py_callable);
+  p->wrapper = true;
   {
     std::unique_lock<std::shared_mutex> lock(g_providers_mutex);
     g_providers[name] = std::move(p);

@@ -36,6 +36,11 @@ void register_external_provider_capsule(const std::string& name, void* capsule);
 // NotImplemented (decline). For FOREIGN it is the kernel resolver: fn(op_name) -> kernel
 // or None.
 void register_provider(const std::string& name, EngineKind kind, void* py_callable = nullptr);
+// A Python provider that wraps the rest of its chain (shadow verification): it sees each
+// call first and declines or serves it by running the providers after it. Hot ops' fast
+// kernels treat a route that starts with wrappers as the route after them would be
+// treated when that starts with a FOREIGN provider (the op arrives as itself).
+void register_wrapper_provider(const std::string& name, void* py_callable);
 std::vector<std::string> registered_providers();
 
 // Routing table changes: every cached route is re-resolved on its next call.
@@ -47,6 +52,13 @@ void set_resolver(void* py_callable);
 // (op, provider, calls, total_ns, declined)
 std::vector<std::tuple<std::string, std::string, uint64_t, uint64_t, uint64_t>> routing_stats();
 void reset_routing_stats();
+
+// Runs `op` on `stack` with provider `name` alone (no chain, no CPU fallback after it):
+// true when it ran, false (stack untouched) when it declined. The call is counted under
+// (op, name) in routing_stats like a routed one. For shadow verification and the route
+// tuner, which must know which provider produced a result. Throws for an unregistered name.
+bool run_with_provider(const std::string& name, const c10::OperatorHandle& op,
+                       torch::jit::Stack* stack, c10::DeviceIndex device);
 
 // Engines, used by the providers and directly by tests.
 void run_twin(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DeviceIndex device);
@@ -80,7 +92,8 @@ struct TwinRoute {
 struct OpState;
 OpState& routing_state(const c10::OperatorHandle& op);
 std::optional<TwinRoute> twin_route(OpState& st, c10::DeviceIndex device);
-// Whether the route of `op` on `device` starts with a FOREIGN provider: a hot op's fast
+// Whether the route of `op` on `device` starts with a FOREIGN provider (after any
+// wrappers): a hot op's fast
 // kernel then sends the op itself down its route (the foreign library serves the functional
 // form, which the composite kernel would turn into the out= form).
 bool route_starts_foreign(OpState& st, c10::DeviceIndex device);

@@ -1,4 +1,5 @@
-"""``python -m flagos info``: what this installation of flagos sees.
+"""``python -m flagos info``: what this installation of flagos sees; ``python -m flagos
+tune``: route autotuning (flagos.tuning.cli).
 
 Loaded HALs and their versions, every flagos device with its properties and memory, the
 installed op providers, and the active routing table. ``--json`` prints the same as JSON.
@@ -110,11 +111,16 @@ def format_info(info: dict[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m flagos`` and the ``flagos`` script."""
     parser = argparse.ArgumentParser(prog="python -m flagos",
-                                     description="flagos device information")
+                                     description="flagos device information and route tuning")
     sub = parser.add_subparsers(dest="command")
     info = sub.add_parser("info", help="HALs, devices, memory, op providers, routing table")
     info.add_argument("--json", action="store_true", help="print JSON instead of text")
+    from flagos.tuning import cli as tune_cli
+
+    tune_cli.add_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "tune":
+        return tune_cli.run(args)
     if args.command != "info":
         parser.print_help()
         return 2

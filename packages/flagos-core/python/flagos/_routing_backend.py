@@ -43,18 +43,68 @@ class CppBackend:
     def set_resolver(self, resolver: Callable[[str, int], list[str]]) -> None:
         _C._set_resolver(resolver)
 
+    def register_wrapper_provider(self, name: str, fn: Callable[..., object]) -> None:
+        """Register ``fn(op, args, kwargs)`` as a provider that wraps the rest of its chain
+        (shadow verification): hot ops reach it as the route after it would have them."""
+        _C._register_provider(name, "wrapper", _python_entry(fn))
+
+    def run_provider(self, provider: str, op: str, args: tuple, kwargs: dict, device: int
+                     ) -> object:
+        """Run ``op`` with ``provider`` alone (no chain, no CPU fallback): its results, or
+        ``NotImplemented`` when it declined. Shadow verification and the tuner use it."""
+        return _C._run_provider(provider, op, tuple(args), dict(kwargs), device)
+
 
 def _python_entry(fn: Callable[..., object]) -> Callable[[str, tuple, dict], object]:
-    """Adapts a Provider (called with an OpOverload) to the C++ call (with the op name)."""
-    cache: dict[str, object] = {}
+    """Adapts a Provider (called with an OpOverload) to the C++ call (with the op name).
+    ``ScalarType`` arguments reach Python as their enum values (ints); the provider gets
+    them as ``torch.dtype``, as the op's Python callers pass them."""
+    cache: dict[str, tuple[object, tuple[int, ...], tuple[str, ...]]] = {}
 
     def call(op_name: str, args: tuple, kwargs: dict) -> object:
-        op = cache.get(op_name)
-        if op is None:
-            op = cache[op_name] = _overload(op_name)
+        entry = cache.get(op_name)
+        if entry is None:
+            op = _overload(op_name)
+            entry = cache[op_name] = (op, *_dtype_arguments(op))
+        op, positions, names = entry
+        if positions or names:
+            args, kwargs = _with_dtypes(args, kwargs, positions, names)
         return fn(op, args, kwargs)
 
     return call
+
+
+def _dtype_arguments(op) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """Positions (positional) and names (kwarg-only) of the op's ScalarType arguments."""
+    positions, names = [], []
+    for i, arg in enumerate(op._schema.arguments):
+        if str(arg.real_type) in ("ScalarType", "Optional[ScalarType]"):
+            (names.append(arg.name) if arg.kwarg_only else positions.append(i))
+    return tuple(positions), tuple(names)
+
+
+_DTYPES: dict[int, object] = {}
+
+
+def _dtype(value: object) -> object:
+    if not isinstance(value, int) or isinstance(value, bool):
+        return value
+    d = _DTYPES.get(value)
+    if d is None:
+        import torch
+
+        d = _DTYPES[value] = torch.ops.aten.empty.memory_format([0], dtype=value,
+                                                                 device="meta").dtype
+    return d
+
+
+def _with_dtypes(args: tuple, kwargs: dict, positions: tuple[int, ...],
+                 names: tuple[str, ...]) -> tuple[tuple, dict]:
+    if positions:
+        args = tuple(_dtype(a) if i in positions else a for i, a in enumerate(args))
+    if names and any(n in kwargs for n in names):
+        kwargs = {k: _dtype(v) if k in names else v for k, v in kwargs.items()}
+    return args, kwargs
 
 
 def _overload(op_name: str):

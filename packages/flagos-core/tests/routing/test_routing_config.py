@@ -185,6 +185,8 @@ def test_spec_must_be_str_or_mapping() -> None:
 
 
 def test_shipped_defaults_parse() -> None:
-    got = rules(load_file(routing.table.DEFAULTS_FILE, VOCAB))
+    vocab = Vocabulary(routing.WELL_KNOWN_PROVIDERS, VOCAB.hals)
+    got = rules(load_file(routing.table.DEFAULTS_FILE, vocab))
     assert got[(None, "default")][0] == ("native", "boxing", "cpu")
+    assert got[(None, "aten::_scaled_mm")][0][0] == "emulation"
     assert got[("sim", "default")][0] == ("boxing", "native", "cpu")

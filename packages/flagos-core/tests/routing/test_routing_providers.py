@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -40,15 +37,10 @@ not_a_provider = object()
 
 
 @pytest.fixture
-def dist(backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def dist(backend, tmp_path: Path, install_distribution) -> Path:
     """A fake installed distribution with a module and four flagos.ops entry points,
     put on sys.path after the table was reset (so it is not discovered yet)."""
-    module = f"tiny_flagos_ops_{tmp_path.name.replace('-', '_')}"
-    (tmp_path / f"{module}.py").write_text(MODULE)
-    info = tmp_path / "fake_provider-0.0.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fake-provider\nVersion: 0.0.0\n")
-    (info / "entry_points.txt").write_text(textwrap.dedent(f"""
+    install_distribution("fake-provider", MODULE, """
         [flagos.ops]
         tinyops = {module}:make
         tinyops2 = {module}:instance
@@ -56,11 +48,8 @@ def dist(backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         missing = {module}_nope:thing
         [console_scripts]
         unrelated = {module}:make
-        """))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    importlib.invalidate_caches()
-    yield tmp_path
-    sys.modules.pop(module, None)
+        """)
+    return tmp_path
 
 
 def test_entry_point_provider(dist: Path, backend) -> None:

@@ -13,6 +13,7 @@ Public API::
     resolve(op, device)   the provider chain for an op on a device
     explain(op)           which provider serves an op on each device, and why
     stats(), reset_stats()
+    shadow.enable(ops), shadow.disable()   shadow verification (flagos.routing.shadow)
     cpu_dtype_gaps()      ops whose CPU kernel lacks a dtype, computed in a wider one
     providers(), register_provider(p), Provider
     set_backend(b)        connect the C++ core (implements Backend)
@@ -20,6 +21,7 @@ Public API::
 
 from __future__ import annotations
 
+from . import shadow
 from .backend import Backend, NullBackend, Resolver
 from .config import RoutingConfigError, Rule
 from .cpu_dtype_gaps import cpu_dtype_gaps
@@ -45,5 +47,5 @@ __all__ = [
     "WELL_KNOWN_PROVIDERS", "Backend", "CpuProvider", "Decision", "DeviceRoute", "Explanation",
     "NullBackend", "Provider", "Resolver", "RouteOverride", "RoutingConfigError", "Rule", "Step",
     "UnknownOpError", "cpu_dtype_gaps", "explain", "load", "override", "providers", "register_provider", "reset",
-    "reset_stats", "resolve", "rules", "set", "set_backend", "stats", "version",
+    "reset_stats", "resolve", "rules", "set", "set_backend", "shadow", "stats", "version",
 ]

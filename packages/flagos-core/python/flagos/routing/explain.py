@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import ops, table
+from . import ops, shadow, table
 from .table import Decision, _state
 
 __all__ = ["DeviceRoute", "Explanation", "UnknownOpError", "explain", "reset_stats", "stats"]
@@ -81,17 +81,25 @@ def explain(op: str) -> Explanation:
 
 def stats() -> dict[str, dict[str, dict]]:
     """Calls per op and provider since the last :func:`reset_stats`:
-    ``{op: {provider: {"calls": int, "total_us": float, "declined": int}}}``."""
+    ``{op: {provider: {"calls": int, "total_us": float, "declined": int}}}``. Under
+    shadow verification (flagos.routing.shadow) the rows of checked (op, provider) pairs
+    also have ``"shadowed"`` (calls checked), ``"mismatches"`` and ``"last_error"``."""
     out: dict[str, dict[str, dict]] = {}
     for op, provider, calls, total_ns, declined in _state.backend.stats():
+        if provider == shadow.SHADOW_PROVIDER:
+            continue  # the wrapper's own row: its declines are the calls it did not sample
         row = out.setdefault(op, {}).setdefault(
             provider, {"calls": 0, "total_us": 0.0, "declined": 0})
         row["calls"] += int(calls)
         row["total_us"] += total_ns / 1000.0
         row["declined"] += int(declined)
+    for (op, provider), checked in shadow.counts().items():
+        out.setdefault(op, {}).setdefault(
+            provider, {"calls": 0, "total_us": 0.0, "declined": 0}).update(checked)
     return out
 
 
 def reset_stats() -> None:
-    """Zero the call counters."""
+    """Zero the call counters (and the shadow counters)."""
     _state.backend.reset_stats()
+    shadow.reset_counts()

@@ -38,7 +38,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from . import ops
+from . import ops, shadow
 from .backend import Backend, NullBackend
 from .config import Layer, RoutingConfigError, Rule, Vocabulary, load_file, parse_spec
 from .providers import WELL_KNOWN_PROVIDERS, Provider, discover
@@ -120,7 +120,8 @@ def vocabulary() -> Vocabulary:
     installed ones (``flagos.ops`` / ``flagos.hal`` entry points, C++ providers, devices)."""
     with _state.lock:
         names = WELL_KNOWN_PROVIDERS | frozenset(_providers_now())
-        return Vocabulary(names | frozenset(_state.backend.cpp_providers()), _installed_hals())
+        names |= frozenset(_state.backend.cpp_providers()) - {shadow.SHADOW_PROVIDER}
+        return Vocabulary(names, _installed_hals())
 
 
 def _covers(new: Rule, old: Rule) -> bool:
@@ -178,6 +179,7 @@ def _ensure_ready() -> None:
             _state.found = discover()
             _register_python_providers()
             _state.base, _state.env = _read_env()
+            shadow.load_env()
             _setup_logging()
             _state.ready = True
             _publish()
@@ -187,6 +189,7 @@ def _register_python_providers() -> None:
     for name, p in _providers_now().items():
         if not p.is_cpp:
             _state.backend.register_python_provider(name, p)
+    shadow.register(_state.backend)
 
 
 def _caller() -> str:
@@ -231,6 +234,7 @@ def reset() -> None:
     with _state.lock:
         _state.found = discover()
         _state.base, _state.env = _read_env()  # may raise: then the routes stay as they were
+        shadow.load_env()
         _register_python_providers()
         _state.runtime.clear()
         _state.logged.clear()
@@ -392,7 +396,8 @@ def decide(op: str, hal: str | None) -> Decision:
     rule = _lookup(snap.rules, op, hal)
     steps: list[Step] = []
     for name in rule.chain if rule else ():
-        reason = _skip_reason(name, snap.providers.get(name), op, hal, cpp)
+        reason = (_skip_reason(name, snap.providers.get(name), op, hal, cpp)
+                  or shadow.quarantine_reason(op, name))
         steps.append(Step(name, not reason, reason))
     chain = tuple(s.provider for s in steps if s.kept)
     if "cpu" not in chain:
@@ -416,7 +421,7 @@ def resolve(op: str, device_index: int) -> list[str]:
     d = decide(op, hals[device_index])
     if log.isEnabledFor(logging.INFO if _state.log_dispatch else logging.DEBUG):
         _log_decision(d, device_index)
-    return list(d.chain)
+    return shadow.wrap(op, list(d.chain))
 
 
 def _log_decision(d: Decision, device_index: int) -> None:

@@ -1,0 +1,216 @@
+"""Emulated FP8 / NVFP4 against bf16 and against native FP8, side by side in one run:
+
+    FLAGOS_HAL=cuda python packages/flagos-quant/benchmarks/quant_bench.py [--quick] [--json PATH]
+
+1. linear layers (batch 1 decode and batch 16): bf16 vs FP8 and NVFP4 weights, emulated
+   (weight-only, and the format's activation scheme through aten::_scaled_mm routed to
+   ``emulation``) and, on a GPU with FP8 units, FP8 through the twin's native
+   ``_scaled_mm`` (the same op routed to ``boxing``); native CUDA bf16 / FP8 beside them;
+2. a small Llama's decode step (batch 1, KV cache): bf16 vs FP8 / NVFP4 weights;
+3. accuracy of emulated and native FP8 ``_scaled_mm`` against a float64 reference.
+
+Times are medians of calibrated rounds of calls (flagos.bench.timeit); ratios: time / the bf16
+time on flagos (and / native CUDA where given). On sim (no GPU) it runs as a smoke test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import flagos
+import torch
+import torch.nn.functional as F
+from flagos.bench import timeit
+from flagos.bench_results import Plot, Table, write_json
+from flagos_quant import FP8Linear, quantize_fp8, quantize_linears, set_weight_only
+from flagos_quant.dequant import dequantize_fp8
+
+
+def _time_us(fn, dev: str, min_time: float) -> float:
+    """Median microseconds per call (flagos.bench.timeit: calibrated, synchronized)."""
+    return timeit(fn, torch.device(dev, 0), min_time) * 1e6
+
+
+def _twin_is_cuda() -> bool:
+    return flagos.get_device_properties(0).twin_device == "cuda"
+
+
+def _native_fp8() -> bool:
+    return _twin_is_cuda() and torch.cuda.get_device_capability() >= (8, 9)
+
+
+def _layers(n: int, k: int, dev: str):
+    w = torch.randn(n, k, device=dev, dtype=torch.bfloat16) * 0.02
+    fp8 = FP8Linear(k, n, static_input=False, device=dev)
+    q, s = quantize_fp8(w)
+    fp8.weight.data, fp8.weight_scale.data = q, s
+    base = torch.nn.Linear(k, n, bias=False, device=dev, dtype=torch.bfloat16)
+    base.weight.data = w
+    holder = torch.nn.Sequential(torch.nn.Linear(k, n, bias=False, device=dev,
+                                                 dtype=torch.bfloat16))
+    holder[0].weight.data = w.clone()
+    quantize_linears(holder, "NVFP4", skip=())
+    return base, fp8, holder[0]
+
+
+def _cuda_fp8(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """FP8 linear on plain CUDA tensors: per-tensor activation quantization, then the
+    GPU's FP8 _scaled_mm."""
+    xq, xs = quantize_fp8(x)
+    return torch._scaled_mm(xq, q.t(), xs, s, out_dtype=torch.bfloat16)
+
+
+@torch.no_grad()
+def bench_linears(shapes, batches, min_time: float) -> list[list]:
+    def timed(dev: str, fn, *args) -> float:
+        return _time_us(lambda: fn(*args), dev, min_time)
+
+    rows = []
+    for n, k in shapes:
+        base, fp8, nv = _layers(n, k, "flagos")
+        for m in batches:
+            x = torch.randn(m, k, device="flagos", dtype=torch.bfloat16)
+            t_bf16 = timed("flagos", base, x)
+            cases = {"bf16": t_bf16}
+            for label, layer, wo in (("FP8 emulated, weight-only", fp8, True),
+                                     ("FP8 emulated, per-tensor activations", fp8, False),
+                                     ("NVFP4 emulated, weight-only", nv, True),
+                                     ("NVFP4 emulated, per-16 activations", nv, False)):
+                layer.weight_only = wo
+                cases[label] = timed("flagos", layer, x)
+            if _native_fp8():
+                fp8.weight_only = False
+                with flagos.routing.override({"aten::_scaled_mm": "boxing"}):
+                    cases["FP8 native _scaled_mm (boxing)"] = timed("flagos", fp8, x)
+            native = {}
+            if _twin_is_cuda():
+                xc = x.cpu().cuda()
+                native["bf16"] = timed("cuda", F.linear, xc, base.weight.cpu().cuda())
+                if _native_fp8():
+                    native["FP8 native _scaled_mm (boxing)"] = timed(
+                        "cuda", _cuda_fp8, xc, fp8.weight.cpu().cuda(),
+                        fp8.weight_scale.cpu().cuda())
+            for label, t in cases.items():
+                nat = native.get(label)
+                rows.append(["linear", f"{m}x{k} @ {k}x{n}", label, round(t, 1),
+                             round(t / t_bf16, 3), "-" if nat is None else round(nat, 1),
+                             "-" if nat is None else round(t / nat, 3)])
+    return rows
+
+
+@torch.no_grad()
+def bench_decode(cfg: dict, steps: int, prompt: int) -> list[list]:
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(**cfg)
+    base = transformers.LlamaForCausalLM(config).to(torch.bfloat16).eval()
+    ids = torch.randint(3, cfg["vocab_size"], (1, prompt))
+    variants = [("bf16", None, False), ("FP8 emulated, weight-only", "FP8", True),
+                ("FP8 emulated, per-tensor activations", "FP8", False),
+                ("NVFP4 emulated, weight-only", "NVFP4", True)]
+    if _native_fp8():
+        variants.append(("FP8 native _scaled_mm (boxing)", "FP8", False))
+    rows, t_bf16 = [], None
+    for label, algo, wo in variants:
+        model = transformers.LlamaForCausalLM(config).to(torch.bfloat16).eval()
+        model.load_state_dict(base.state_dict())
+        model = model.to("flagos")
+        if algo:
+            quantize_linears(model, algo)
+            set_weight_only(model, wo)
+        torch.flagos.synchronize()
+        weight_bytes = sum(p.untyped_storage().nbytes() for n, p in model.named_parameters()
+                           if "layers." in n)
+        ctx = flagos.routing.override({"aten::_scaled_mm": "boxing"}) if "native" in label \
+            else flagos.routing.override({})
+        with ctx:
+            out = model(ids.to("flagos"), use_cache=True)
+            cache, tok = out.past_key_values, out.logits[:, -1:].argmax(-1)
+            model(tok, past_key_values=cache, use_cache=True)  # warm-up step
+            torch.flagos.synchronize()
+            t = time.perf_counter()
+            for _ in range(steps):
+                out = model(tok, past_key_values=cache, use_cache=True)
+                cache, tok = out.past_key_values, out.logits[:, -1:].argmax(-1)
+            torch.flagos.synchronize()
+        ms = (time.perf_counter() - t) / steps * 1e3
+        t_bf16 = t_bf16 or ms
+        shape = (f"Llama {cfg['num_hidden_layers']}x{cfg['hidden_size']}, "
+                 f"decoder weights {weight_bytes / 2**20:.0f} MiB")
+        rows.append(["decode step", shape, label,
+                     round(ms * 1e3, 1), round(ms / t_bf16, 3)])
+    return rows
+
+
+@torch.no_grad()
+def accuracy(m: int, k: int, n: int) -> list[list]:
+    """Error of emulated (and native) FP8 _scaled_mm against float64 of the same FP8
+    operands, relative L2."""
+    g = torch.Generator().manual_seed(0)
+    a, sa = quantize_fp8(torch.randn(m, k, generator=g))
+    w, sw = quantize_fp8(torch.randn(n, k, generator=g))
+    ref = dequantize_fp8(a, sa).double() @ dequantize_fp8(w, sw).double().t()
+    fa, fw, fsa, fsw = (t.to("flagos") for t in (a, w, sa, sw))
+    rows = []
+    routes = [("FP8 emulated", "emulation")] + ([("FP8 native _scaled_mm (boxing)", "boxing")]
+                                                if _native_fp8() else [])
+    for label, route in routes:
+        with flagos.routing.override({"aten::_scaled_mm": route}):
+            got = torch._scaled_mm(fa, fw.t(), fsa, fsw, out_dtype=torch.bfloat16).cpu()
+        err = ((got.double() - ref).norm() / ref.norm()).item()
+        rows.append(["accuracy", f"{m}x{k} @ {k}x{n}, tensorwise, bf16 out", label, err])
+    return rows
+
+
+NOTES = [
+    ("emulated = the whole weight dequantized at each call, then a bf16 matmul "
+     "(aten::_scaled_mm routed to flagos-quant's emulation provider); weight-only: bf16 "
+     "activations; per-tensor / per-16 activations: the format's activation quantization"),
+    "FP8 native _scaled_mm (boxing) = the same op routed to the CUDA twin's FP8 kernel",
+]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="small shapes (sim smoke test)")
+    ap.add_argument("--json", type=Path, help="also write the results as JSON here")
+    args = ap.parse_args()
+    gpu = _twin_is_cuda()
+    quick = args.quick or not gpu
+    shapes = [(1024, 1024)] if quick else [(4096, 4096), (14336, 4096), (4096, 14336)]
+    min_time = 0.05 if quick else 0.3
+    cfg = {"vocab_size": 32000, "hidden_size": 2048, "intermediate_size": 5632,
+           "num_hidden_layers": 4, "num_attention_heads": 16, "num_key_value_heads": 4,
+           "max_position_embeddings": 512}
+    if quick:
+        cfg.update(hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=2, vocab_size=1024)
+    bar = Plot("bar", x="case", y=["vs flagos bf16"], ylabel="time / bf16 on flagos",
+               reference=1.0)
+    linear = Table("quant-linear", "FP8 / NVFP4 linear layers on flagos vs bf16 and native",
+                   ["shape", "case", "flagos us", "vs flagos bf16", "native cuda us",
+                    "vs native cuda"], notes=[*NOTES, ("native cuda = the same computation "
+                                                       "on plain CUDA tensors, same process")])
+    for row in bench_linears(shapes, [1, 16], min_time):
+        linear.add(*row[1:])
+    decode = Table("quant-decode", "Llama decode step (batch 1, KV cache) with FP8 / NVFP4 "
+                   "weights vs bf16", ["model", "case", "flagos us per token",
+                                       "vs flagos bf16"], notes=NOTES, plot=bar)
+    for row in bench_decode(cfg, steps=4 if quick else 32, prompt=16 if quick else 64):
+        decode.add(*row[1:5])
+    acc = Table("quant-accuracy", "FP8 _scaled_mm, emulated and native, vs float64 of the "
+                "same FP8 operands", ["shape", "case", "relative L2 error"], notes=NOTES)
+    for row in accuracy(16, 1024 if quick else 4096, 1024 if quick else 4096):
+        acc.add(*row[1:3], row[-1])
+    tables = [linear, decode, acc]
+    for t in tables:
+        print(t.format(), end="\n\n")
+    if args.json:
+        write_json(args.json, tables)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,139 @@
+"""ModelOpt checkpoints in transformers: a quantization config and quantizer registered
+under ``quant_method: "modelopt"`` through transformers' registry
+(``register_quantization_config`` / ``register_quantizer``), so that unchanged code::
+
+    AutoModelForCausalLM.from_pretrained(path, device_map="flagos")
+
+builds the model with packed-weight layers (:mod:`.modules`) and loads the checkpoint's
+tensors into them as they are stored (FP8 stays FP8, NVFP4 stays packed).
+
+Registration happens when transformers' quantizer registry is first imported (a
+post-import hook installed by the ``flagos.plugins`` entry point at ``import flagos``), so
+neither ``import torch`` nor ``import flagos`` imports transformers. A transformers that
+registers ``modelopt`` itself keeps its own.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import sys
+import threading
+import warnings
+from typing import Any
+
+__all__ = ["install", "register", "registered"]
+
+_REGISTRY_MODULE = "transformers.quantizers.auto"
+_lock = threading.Lock()
+registered: str | None = None
+"""None until registration ran; then "registered" or why it was skipped."""
+
+
+def register() -> str:
+    """Register the ModelOpt config and quantizer with transformers now (idempotent);
+    returns "registered" or why it was skipped."""
+    global registered
+    with _lock:
+        if registered is not None:
+            return registered
+        from transformers.quantizers import auto
+
+        if "modelopt" in auto.AUTO_QUANTIZER_MAPPING or "modelopt" in \
+                auto.AUTO_QUANTIZATION_CONFIG_MAPPING:
+            registered = "skipped: this transformers registers 'modelopt' itself"
+            return registered
+        config_cls, quantizer_cls = _classes()
+        auto.register_quantization_config("modelopt")(config_cls)
+        auto.register_quantizer("modelopt")(quantizer_cls)
+        registered = "registered"
+        return registered
+
+
+def _classes() -> tuple[type, type]:
+    from transformers.quantizers.base import HfQuantizer
+    from transformers.utils.quantization_config import QuantizationConfigMixin
+
+    from .checkpoint_config import parse_modelopt
+    from .convert import replace_linears
+
+    class ModelOptConfig(QuantizationConfigMixin):
+        """A ModelOpt checkpoint's ``quantization_config`` (validated when constructed)."""
+
+        def __init__(self, **fields: Any) -> None:
+            fields.pop("quant_method", None)
+            self._fields = fields
+            self.quant_method = "modelopt"
+            self.spec = parse_modelopt(fields)
+            self.quant_algo = self.spec.algo
+
+        def to_dict(self) -> dict[str, Any]:
+            return {"quant_method": "modelopt", **self._fields}
+
+    class ModelOptQuantizer(HfQuantizer):
+        """Loads pre-quantized ModelOpt FP8 / NVFP4 checkpoints into packed-weight layers."""
+
+        requires_calibration = True  # only pre-quantized checkpoints
+
+        @property
+        def quantized_element_size(self) -> float:
+            return 1.0 if self.quantization_config.spec.algo == "FP8" else 0.5625
+
+        def _process_model_before_weight_loading(self, model, **kwargs):
+            spec = self.quantization_config.spec
+            keep = tuple(getattr(model, "_keep_in_fp32_modules", None) or ())
+            if keep:
+                spec = type(spec)(spec.algo, spec.group_size, spec.ignore + tuple(
+                    f"*{k}*" for k in keep))
+            replace_linears(model, spec, dtype=kwargs.get("dtype") or model.dtype)
+            return model
+
+        def param_needs_quantization(self, model, param_name: str, **kwargs) -> bool:
+            return False  # stored quantized: loaded as they are
+
+        @property
+        def is_serializable(self) -> bool:
+            return False
+
+        @property
+        def is_trainable(self) -> bool:
+            return False
+
+    return ModelOptConfig, ModelOptQuantizer
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Finds transformers' quantizer registry through the other finders and registers
+    right after that module has run."""
+
+    def find_spec(self, name, path, target=None):
+        if name != _REGISTRY_MODULE:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path, target)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            sys.meta_path[:] = [f for f in sys.meta_path if f is not self]
+            try:
+                register()
+            except Exception as e:  # noqa: BLE001 - never break transformers' import
+                global registered
+                registered = f"failed: {type(e).__name__}: {e}"
+                warnings.warn(f"flagos-quant: registering the ModelOpt quantizer with "
+                              f"transformers failed: {e!r}", RuntimeWarning, stacklevel=2)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def install() -> None:
+    """Entry point of group ``flagos.plugins``: register now if transformers' registry is
+    imported already, else when it is."""
+    if _REGISTRY_MODULE in sys.modules:
+        register()
+        return
+    if not any(isinstance(f, _AfterImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _AfterImport())
