@@ -4,7 +4,7 @@
 # (tools/fetch_gpu_wheels.sh fetches them; name .whl in the run's carry).
 # Usage: tools/gpu_check.sh STEP...   steps: build conformance demo bench model sweep tests
 #        nox compile dist profile gems gems-tests gems-bench gems-model gems-sweep zoo zoo-gems native
-#        tune tune-tests quant
+#        tune tune-tests quant faults
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:-/tmp/flagos-out}; mkdir -p "$OUT"
@@ -35,6 +35,11 @@ for s in "$@"; do
         2>&1 | tee "$OUT/native-bench.log" | tail -14
       FLAGOS_HAL=cuda timeout 300 python3 packages/flagos-ops-native/benchmarks/cublas_vs_boxing.py \
         2>&1 | tee "$OUT/native-cublas.log" | tail -24 ;;
+    # The fault sweep (sim HAL, this machine's torch) and the memory soak on the CUDA HAL.
+    faults) step faults; FLAGOS_HAL=sim timeout 400 python3 integration_tests/fault_sweep.py --first 3 \
+             --json "$OUT/fault-sweep-sim.json" 2>&1 | tee "$OUT/faults.log" | tail -4
+            FLAGOS_HAL=cuda timeout 300 python3 integration_tests/memory_soak.py --steps 1000 \
+             --json "$OUT/memory-soak-cuda.json" 2>&1 | tee -a "$OUT/faults.log" | tail -3 ;;
     conformance) step conformance; python3 -m flagos_hal.conformance --hal cuda 2>&1 | tee "$OUT/conformance.log" | tail -8 ;;
     demo) step demo; FLAGOS_HAL=cuda timeout 300 python3 -m flagos.demo 2>&1 | tee "$OUT/demo.log" | tail -30 ;;
     bench) step bench; FLAGOS_HAL=cuda timeout 400 python3 -m flagos.bench 2>&1 | tee "$OUT/bench.log" ;;

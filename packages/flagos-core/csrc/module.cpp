@@ -15,6 +15,7 @@
 #include "dispatch/routed_as_themselves.h"
 #include "graph/graph.h"
 #include "runtime/allocator.h"
+#include "runtime/device_fault.h"
 #include "runtime/generator.h"
 #include "runtime/hal.h"
 #include "runtime/host_allocator.h"
@@ -99,6 +100,7 @@ PYBIND11_MODULE(_C, m) {
     return *twin == c10::DeviceType::CPU ? "cpu" : "cuda";
   });
   m.def("_device_count", [] { return static_cast<int>(flagos::device_count()); });
+  m.def("_device_fault", [](int d) { return flagos::device_fault(static_cast<c10::DeviceIndex>(d)); });
   m.def("_current_device", [] { return static_cast<int>(flagos::current_device()); });
   m.def("_set_device", [](int d) { flagos::set_current_device(d); });
   m.def("_device_properties", &device_properties);

@@ -254,7 +254,7 @@ def test_native_handle_launches_host_work_in_stream_order(hal):
     fn = _HOST_FN(lambda data: seen.append(hal.read(p + n - 1, 1)))  # runs after the memsets
     try:
         rt = ctypes.cast(hal.stream_native_handle(s), ctypes.POINTER(_SimRuntimeStream)).contents
-        assert rt.struct_size == ctypes.sizeof(_SimRuntimeStream) and rt.stream == s
+        assert rt.struct_size >= ctypes.sizeof(_SimRuntimeStream) and rt.stream == s  # may grow
         for i in range(1, 4):
             hal.memset_async(p, i, n, s)
         assert rt.launch_host_func(ctypes.byref(rt), fn, None) == Status.SUCCESS

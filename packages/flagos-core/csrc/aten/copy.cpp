@@ -8,25 +8,45 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/library.h>
 
+#include <chrono>
+#include <thread>
+
 #include "aten/alias.h"
 #include "aten/copy.h"
+#include "runtime/hal_raise.h"
 #include "runtime/host_allocator.h"
 #include "runtime/stream.h"
 
 namespace flagos {
 namespace {
 
+// After a failed synchronize of `s`, the copy queued on it may still read or write host
+// memory that the caller frees as soon as the error unwinds (a staging buffer): wait for
+// it by other means first. On sim a failed synchronize leaves the work running, and this
+// is what kept a write into freed heap memory from happening.
+void wait_out_after_failed_sync(const flagos_hal_table_t& hal, flagos_stream_t s, int local) {
+  if (hal.device_synchronize(local) == FLAGOS_SUCCESS) return;
+  for (int i = 0; i < 1000000 && hal.stream_query(s) == FLAGOS_ERROR_NOT_READY; ++i) {
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
 void hal_copy(c10::DeviceIndex device, void* dst, const void* src, size_t bytes,
               flagos_memcpy_kind_t kind, bool non_blocking, const void* pinned_host) {
   if (bytes == 0) return;
   const auto& hal = hal_of(device);
   auto stream = current_stream(device);
-  FLAGOS_HAL_CHECK(hal, hal.memcpy_async(dst, src, bytes, kind, hal_stream(stream)));
+  flagos_stream_t hs = hal_stream(stream);
+  FLAGOS_HAL_CHECK(hal, hal.memcpy_async(dst, src, bytes, kind, hs));
   if (kind == FLAGOS_MEMCPY_DEVICE_TO_DEVICE) return;  // stream-ordered like any device work
   if (non_blocking && pinned_host) {
     record_pinned_use(pinned_host, stream);
-  } else {
-    synchronize_stream(stream);
+    return;
+  }
+  flagos_status_t st = hal.stream_synchronize(hs);
+  if (st != FLAGOS_SUCCESS) {
+    wait_out_after_failed_sync(hal, hs, hal_device(device).local_index);
+    FLAGOS_HAL_RAISE(hal, st, "stream_synchronize");
   }
 }
 

@@ -13,10 +13,12 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <string>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "runtime/resize.h"
+#include "runtime/hal_raise.h"
 #include "runtime/stream.h"
 
 namespace flagos {
@@ -149,7 +151,7 @@ class DevicePool {
     if (!block->stream_uses.empty()) {
       // The block may still be read by other streams: reuse only after their work so far.
       insert_events(block);
-      return;
+      if (block->pending_events > 0) return;
     }
     if (block->small) {
       park(block);
@@ -271,7 +273,11 @@ class DevicePool {
     const auto& d = hal_device(device_);
     void* ptr = nullptr;
     flagos_status_t st = d.lib->table->malloc(d.local_index, bytes, &ptr);
-    if (st == FLAGOS_ERROR_OUT_OF_MEMORY) return nullptr;
+    if (st == FLAGOS_ERROR_OUT_OF_MEMORY) {
+      // What the HAL said goes into the out-of-memory error, if it comes to that.
+      last_refusal_ = flagos_hal::describe_status(d.lib->table, st);
+      return nullptr;
+    }
     if (st != FLAGOS_SUCCESS) throw_hal_error(*d.lib->table, st, "malloc", __FILE__, __LINE__);
     (void)requested;
     auto* block = new Block{device_, stream, bytes, ptr, false, small};
@@ -367,18 +373,42 @@ class DevicePool {
     pool_insert(pool, block);
   }
 
+  // An event on each user stream of `block`; the block is reused once they complete. Runs
+  // inside a tensor's deleter, so it never raises: where no event can be recorded, it
+  // waits for that stream (else the device) now; where even that fails, the block is
+  // never reused (kept out of the pool, still counted as reserved) and a warning says so.
   void insert_events(Block* block) {
+    const auto& t = hal();
+    const auto& d = hal_device(device_);
     for (auto sid : block->stream_uses) {
-      auto stream = make_stream(device_, sid);
+      flagos_stream_t hs = nullptr;
+      try {
+        hs = hal_stream(make_stream(device_, sid));
+      } catch (const std::exception&) {
+        hs = nullptr;
+      }
       flagos_event_t ev = nullptr;
-      FLAGOS_HAL_CHECK(hal(), hal().event_create(FLAGOS_EVENT_DISABLE_TIMING, &ev));
-      FLAGOS_HAL_CHECK(hal(), hal().event_record(ev, hal_stream(stream)));
-      pending_.emplace_back(ev, block);
-      block->pending_events++;
+      flagos_status_t st = hs ? t.event_create(FLAGOS_EVENT_DISABLE_TIMING, &ev) : FLAGOS_ERROR_INVALID_HANDLE;
+      if (st == FLAGOS_SUCCESS && (st = t.event_record(ev, hs)) != FLAGOS_SUCCESS) t.event_destroy(ev);
+      if (st == FLAGOS_SUCCESS) {
+        pending_.emplace_back(ev, block);
+        block->pending_events++;
+        continue;
+      }
+      if ((hs && t.stream_synchronize(hs) == FLAGOS_SUCCESS) ||
+          t.device_synchronize(d.local_index) == FLAGOS_SUCCESS) {
+        continue;  // that stream's work so far is done
+      }
+      TORCH_WARN("flagos allocator: cannot tell when stream ", sid, " of flagos:", int(device_),
+                 " finishes with a freed block of ", block->size, " bytes (",
+                 flagos_hal::describe_status(&t, st), "); the block is never reused");
+      block->pending_events++;  // no event will ever release it
     }
     block->stream_uses.clear();
   }
 
+  // Releases the blocks whose events completed. A failed query raises (as the CUDA
+  // allocator does) with the event still pending, so the pool stays consistent.
   void process_events() {
     for (auto it = pending_.begin(); it != pending_.end();) {
       flagos_status_t st = hal().event_query(it->first);
@@ -386,6 +416,7 @@ class DevicePool {
         ++it;
         continue;
       }
+      if (st != FLAGOS_SUCCESS) FLAGOS_HAL_RAISE(hal(), st, "event_query");
       hal().event_destroy(it->first);
       Block* block = it->second;
       it = pending_.erase(it);
@@ -453,10 +484,12 @@ class DevicePool {
                      fmt(stats_.reserved_bytes[agg].current), " reserved, ", fmt(free_b),
                      " free of ", fmt(total_b),
                      " device capacity. Free tensors, reduce the batch size, or call "
-                     "torch.flagos.empty_cache().");
+                     "torch.flagos.empty_cache(). (HAL '", d.lib->name,
+                     "' call malloc failed: ", last_refusal_, ")");
   }
 
   c10::DeviceIndex device_;
+  std::string last_refusal_;  // the HAL's answer to the last refused malloc
   std::mutex mutex_;
   std::set<Block*, BlockLess> small_, large_;
   std::set<Block*> segments_;  // first block of each segment

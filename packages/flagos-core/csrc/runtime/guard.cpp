@@ -1,6 +1,7 @@
 // DeviceGuardImpl for PrivateUse1 (flagos): devices, streams and events on the HAL.
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include "runtime/hal_raise.h"
 #include "runtime/stream.h"
 
 namespace flagos {
@@ -69,7 +70,7 @@ struct FlagosGuardImpl final : public c10::impl::DeviceGuardImplInterface {
       flagos_status_t st = hal.event_create(flags, &ev->handle);
       if (st != FLAGOS_SUCCESS) {
         delete ev;
-        FLAGOS_HAL_CHECK(hal, st);
+        FLAGOS_HAL_RAISE(hal, st, "event_create");
       }
       *event = ev;
     }
@@ -91,7 +92,7 @@ struct FlagosGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     const auto& hal = hal_of(ev->device);
     flagos_status_t st = hal.event_query(ev->handle);
     if (st == FLAGOS_ERROR_NOT_READY) return false;
-    FLAGOS_HAL_CHECK(hal, st);
+    if (st != FLAGOS_SUCCESS) FLAGOS_HAL_RAISE(hal, st, "event_query");
     return true;
   }
 

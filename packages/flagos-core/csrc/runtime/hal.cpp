@@ -1,5 +1,6 @@
 #include "runtime/hal.h"
 
+#include "runtime/device_fault.h"
 #include "runtime/resize.h"
 
 #include <mutex>
@@ -96,12 +97,68 @@ void set_current_device(c10::DeviceIndex index) {
   t_current_device = index;
 }
 
+namespace {
+// "hal.memcpy_async(dst, src, n, kind, s)" or "d.lib->table->free(...)" -> the HAL
+// function's name, which is what a reader of the error (and the HAL's docs) knows.
+std::string hal_function(const char* call) {
+  std::string s(call);
+  size_t paren = s.find('(');
+  if (paren != std::string::npos) s.resize(paren);
+  size_t sep = s.find_last_of(".>");
+  return sep == std::string::npos ? s : s.substr(sep + 1);
+}
+
+std::mutex g_fault_mutex;
+std::vector<std::string> g_faults;  // per flagos device: why it is lost ("" while usable)
+
+// After a DEVICE_FAULT from `hal`: probes each of its devices not yet known lost (a query
+// of the default stream, which any live device answers) and records those that fail too.
+// Returns the note for the error message, "" when every device still answers.
+std::string note_lost_devices(const flagos_hal_table_t& hal, const std::string& error) {
+  std::lock_guard<std::mutex> lock(g_fault_mutex);
+  g_faults.resize(g_devices.size());
+  std::string now, before, first;
+  for (size_t i = 0; i < g_devices.size(); ++i) {
+    if (g_devices[i].lib->table != &hal) continue;
+    std::string name = "flagos:" + std::to_string(i);
+    if (!g_faults[i].empty()) {
+      before += (before.empty() ? "" : ", ") + name;
+      first = g_faults[i];
+      continue;
+    }
+    flagos_stream_t s = nullptr;
+    flagos_status_t q = hal.stream_get_default(g_devices[i].local_index, &s);
+    if (q == FLAGOS_SUCCESS) q = hal.stream_query(s);
+    if (q == FLAGOS_SUCCESS || q == FLAGOS_ERROR_NOT_READY) continue;
+    g_faults[i] = error;
+    now += (now.empty() ? "" : ", ") + name;
+  }
+  auto is = [](const std::string& names) { return names.find(',') == std::string::npos ? " is" : " are"; };
+  std::string note;
+  if (!now.empty()) {
+    note += ". " + now + is(now) + " unusable from now on: failed again when probed, as after "
+            "a sticky error (every call fails); restart the process";
+  }
+  if (!before.empty()) note += ". " + before + is(before) + " unusable since an earlier error: " + first;
+  return note;
+}
+}  // namespace
+
+std::optional<std::string> device_fault(c10::DeviceIndex index) {
+  std::lock_guard<std::mutex> lock(g_fault_mutex);
+  if (index < 0 || static_cast<size_t>(index) >= g_faults.size() || g_faults[index].empty()) {
+    return std::nullopt;
+  }
+  return g_faults[index];
+}
+
 void throw_hal_error(const flagos_hal_table_t& hal, flagos_status_t st, const char* call,
                      const char* file, int line) {
   const char* name = "?";
   if (hal.get_name) hal.get_name(&name);
-  std::string msg = std::string("flagos: HAL '") + name + "' call `" + call + "` failed: " +
-                    flagos_hal::describe_status(&hal, st);
+  std::string msg = std::string("flagos: HAL '") + name + "' call " + hal_function(call) +
+                    " failed: " + flagos_hal::describe_status(&hal, st);
+  if (st == FLAGOS_ERROR_DEVICE_FAULT) msg += note_lost_devices(hal, msg);
   if (st == FLAGOS_ERROR_OUT_OF_MEMORY) {
     TORCH_CHECK_WITH(OutOfMemoryError, false, msg);
   }

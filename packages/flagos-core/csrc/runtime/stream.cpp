@@ -1,3 +1,4 @@
+#include "runtime/hal_raise.h"
 #include "runtime/stream.h"
 
 #include <array>
@@ -119,7 +120,7 @@ bool query_stream(const c10::Stream& stream) {
   const auto& hal = hal_of(stream.device_index());
   flagos_status_t st = hal.stream_query(hal_stream(stream));
   if (st == FLAGOS_ERROR_NOT_READY) return false;
-  FLAGOS_HAL_CHECK(hal, st);
+  if (st != FLAGOS_SUCCESS) FLAGOS_HAL_RAISE(hal, st, "stream_query");
   return true;
 }
 

@@ -14,7 +14,7 @@ from flagos import _C
 
 __all__ = [
     "Event", "Stream", "current_device", "current_stream", "default_stream", "device",
-    "device_count", "empty_cache", "get_amp_supported_dtype", "get_device_name",
+    "device_count", "device_fault", "empty_cache", "get_amp_supported_dtype", "get_device_name",
     "get_device_properties", "get_rng_state", "get_rng_state_all", "initial_seed",
     "is_available", "is_initialized", "manual_seed", "manual_seed_all", "max_memory_allocated",
     "max_memory_reserved", "mem_get_info", "memory_allocated", "memory_reserved",
@@ -45,8 +45,17 @@ def _index(dev: DeviceLike = None, optional: bool = True) -> int:
 
 
 def is_available() -> bool:
-    """True when at least one flagos device is present."""
-    return _C._device_count() > 0
+    """True when at least one flagos device is present and usable (not lost after a device
+    fault: see :func:`device_fault`)."""
+    return any(_C._device_fault(i) is None for i in range(_C._device_count()))
+
+
+def device_fault(dev: DeviceLike = None) -> str | None:
+    """Why the device is unusable, or ``None`` while it is usable. After a HAL call fails
+    with a device fault and the device fails a probe too (a real device fault, as a CUDA
+    context after a sticky error), every later call to it fails: this is the first error,
+    and the process must be restarted to use the device again."""
+    return _C._device_fault(_index(dev))
 
 
 def is_initialized() -> bool:

@@ -9,6 +9,11 @@
  * read and write device memory only from the stream, never from the calling thread.
  *
  * The struct lives as long as its stream; `struct_size` lets fields be appended.
+ *
+ * `control` (present when struct_size covers it) is the simulator's test control: fault
+ * injection at run time, for tests that fail HAL calls one after another in one process,
+ * and the count of live streams and events, for leak checks; the same for every stream of
+ * the library.
  */
 #ifndef FLAGOS_HAL_SIM_RUNTIME_H_
 #define FLAGOS_HAL_SIM_RUNTIME_H_
@@ -21,6 +26,23 @@
 extern "C" {
 #endif
 
+/* The simulator's test control (docs/hal/sim.md, "Fault injection"). */
+typedef struct flagos_hal_sim_control {
+  uint32_t struct_size; /* sizeof(flagos_hal_sim_control_t) the HAL was built with */
+  /* Replace every armed fault with `spec`, FLAGOS_SIM_FAULT's syntax (KIND:N,...), where N
+   * counts the calls of KIND from this call on (KIND:1 fails the next one). "" or NULL
+   * disarms. A bad spec returns INVALID_VALUE (the last error message says why) and
+   * changes nothing. From the first call on, every call of every kind is counted. */
+  flagos_status_t (*arm)(const char* spec);
+  /* The calls counted for KIND (since library load when FLAGOS_SIM_FAULT was set, else
+   * since the first arm); INVALID_VALUE for an unknown kind. */
+  flagos_status_t (*calls)(const char* kind, uint64_t* count);
+  /* The fault kinds, comma-separated ("malloc,host_malloc,..."). */
+  const char* kinds;
+  /* Streams (default streams included) and events created and not yet destroyed. */
+  flagos_status_t (*live)(uint64_t* streams, uint64_t* events);
+} flagos_hal_sim_control_t;
+
 typedef struct flagos_hal_sim_stream {
   uint32_t struct_size;  /* sizeof(flagos_hal_sim_stream_t) the HAL was built with */
   flagos_stream_t stream; /* the HAL stream this runtime stream belongs to */
@@ -28,6 +50,7 @@ typedef struct flagos_hal_sim_stream {
    * (and never runs fn) when the stream has been destroyed. */
   flagos_status_t (*launch_host_func)(const struct flagos_hal_sim_stream* self,
                                       void (*fn)(void* data), void* data);
+  const flagos_hal_sim_control_t* control; /* the test control, never NULL */
 } flagos_hal_sim_stream_t;
 
 #ifdef __cplusplus

@@ -34,6 +34,10 @@ struct Config {
   size_t capacity = size_t(4) << 30;  // FLAGOS_SIM_MEMORY, bytes per device
 };
 const Config& config();
+// The test control every runtime stream carries (sim_runtime.h), and the live objects it
+// counts (changed by stream.cpp).
+const flagos_hal_sim_control_t* test_control();
+extern std::atomic<uint64_t> g_live_streams, g_live_events;
 
 // ---- streams and events (stream.cpp) ----------------------------------------------
 using Task = std::function<void()>;

@@ -88,13 +88,16 @@ Status Sim::priority_range(int* least, int* greatest) {
 Status Sim::stream_create(Stream& s) {
   // Default streams (s.is_default) are never destroyed: their worker still waits for work
   // when the process exits.
-  s.runtime = {sizeof(flagos_hal_sim_stream_t), kit::Hal<Sim>::handle(s), &launch_host_func};
+  s.runtime = {sizeof(flagos_hal_sim_stream_t), kit::Hal<Sim>::handle(s), &launch_host_func,
+               test_control()};
   s.worker = std::thread([&s] { s.run(); });
+  ++g_live_streams;
   return FLAGOS_SUCCESS;
 }
 
 Status Sim::stream_destroy(Stream& s) {
   s.stop();  // the worker drains the queue first
+  --g_live_streams;
   return FLAGOS_SUCCESS;
 }
 
@@ -115,9 +118,15 @@ Status Sim::stream_wait_event(Stream& s, Event& e) {
 void* Sim::stream_native_handle(Stream& s) { return &s.runtime; }
 
 // ---- events --------------------------------------------------------------------------
-Status Sim::event_create(Event&) { return FLAGOS_SUCCESS; }
+Status Sim::event_create(Event&) {
+  ++g_live_events;
+  return FLAGOS_SUCCESS;
+}
 
-Status Sim::event_destroy(Event&) { return FLAGOS_SUCCESS; }  // captures live in the queues
+Status Sim::event_destroy(Event&) {  // captures live in the queues
+  --g_live_events;
+  return FLAGOS_SUCCESS;
+}
 
 Status Sim::event_record(Event& e, Stream& s) {
   auto cap = std::make_shared<Capture>();

@@ -30,6 +30,7 @@ import logging
 import os
 import sys
 import threading
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -39,7 +40,7 @@ from typing import TYPE_CHECKING
 
 from . import ops, shadow
 from .backend import Backend, NullBackend
-from .config import Layer, Rule, Vocabulary, load_file, parse_spec
+from .config import Layer, RoutingConfigError, Rule, Vocabulary, load_file, parse_spec
 from .providers import WELL_KNOWN_PROVIDERS, Provider, discover
 
 if TYPE_CHECKING:
@@ -308,11 +309,23 @@ def set_backend(backend: Backend | None) -> None:
         raise TypeError(f"not a routing backend; missing: {', '.join(missing)}")
     with _state.lock:
         _state.backend = backend
+        # The resolver first: a configuration mistake (FLAGOS_ROUTES_FILE, FLAGOS_ROUTES)
+        # must not leave the dispatcher connected to no table, running ops on a chain
+        # nobody configured. With the resolver in place the mistake is raised by every op
+        # (every resolve reads the table again) until it is fixed.
+        backend.set_resolver(resolve)
         if _state.ready:
             _register_python_providers()
         else:
-            _ensure_ready()
-        backend.set_resolver(resolve)
+            try:
+                _ensure_ready()
+            except RoutingConfigError as e:
+                # Not here: connecting happens inside `import flagos` (and `import torch`),
+                # and the contract is an error at first use, not a failed import.
+                warnings.warn(f"flagos: the routing configuration is invalid, so every routed "
+                              f"op on a flagos device raises until it is fixed (then call "
+                              f"flagos.routing.reset()): {e}", RuntimeWarning, stacklevel=2)
+                return
         _publish()
 
 
