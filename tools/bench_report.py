@@ -177,10 +177,11 @@ def _anchor(machine: str) -> str:
 
 
 def _describe(run: dict) -> str:
-    native = run.get("native") or "none"
-    return (f"{run.get('machine', '?')}; flagos HAL `{run.get('hal', '?')}`, native "
-            f"reference `{native}`; torch {run.get('torch', '?')}; commit "
-            f"`{run.get('commit', '?')}`")
+    parts = [str(run.get("machine", "?"))]
+    if run.get("hal"):
+        parts.append(f"flagos HAL `{run['hal']}`, native reference `{run.get('native') or 'none'}`")
+    parts += [f"torch {run.get('torch', '?')}", f"commit `{run.get('commit', '?')}`"]
+    return "; ".join(parts)
 
 
 def page(machines: dict[str, list[dict]], write_plots: bool) -> str:
