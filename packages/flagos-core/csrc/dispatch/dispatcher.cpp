@@ -183,6 +183,16 @@ bool run_provider(const Provider& p, const c10::OperatorHandle& op, torch::jit::
   return false;
 }
 
+// One provider's attempt at a call, timed and counted under `c` (a call or a decline).
+bool run_counted(const Provider& p, Counters* c, const c10::OperatorHandle& op,
+                 torch::jit::Stack* stack, c10::DeviceIndex device) {
+  uint64_t t0 = op_clock::now();
+  bool accepted = run_provider(p, op, stack, device);
+  if (accepted) record_call(c, op_clock::now() - t0);
+  else c->declined.fetch_add(1, std::memory_order_relaxed);
+  return accepted;
+}
+
 const Route* current_route(OpState& st, c10::DeviceIndex device) {
   uint64_t version = g_version.load(std::memory_order_acquire);
   const Route* route = st.routes[device].load(std::memory_order_acquire);
@@ -197,15 +207,7 @@ void run_routed(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::
   OpState& st = op_state(op);
   const Route* route = current_route(st, device);
   for (size_t i = 0; i < route->chain.size(); ++i) {
-    uint64_t t0 = op_clock::now();
-    bool accepted = run_provider(*route->chain[i], op, stack, device);
-    uint64_t dt = op_clock::now() - t0;
-    auto* c = route->counters[i];
-    if (accepted) {
-      record_call(c, dt);
-      return;
-    }
-    c->declined.fetch_add(1, std::memory_order_relaxed);
+    if (run_counted(*route->chain[i], route->counters[i], op, stack, device)) return;
   }
   TORCH_CHECK(false, "flagos: no provider accepted ", st.name);
 }
@@ -232,14 +234,7 @@ bool run_kernel_providers(const c10::OperatorHandle& op, torch::jit::Stack* stac
   const Route* route = current_route(st, device);
   for (size_t i = 0; i < route->chain.size() && is_kernel_provider(*route->chain[i]); ++i) {
     if (route->chain[i]->wrapper) continue;
-    uint64_t t0 = op_clock::now();
-    bool accepted = run_provider(*route->chain[i], op, stack, device);
-    uint64_t dt = op_clock::now() - t0;
-    if (accepted) {
-      record_call(route->counters[i], dt);
-      return true;
-    }
-    route->counters[i]->declined.fetch_add(1, std::memory_order_relaxed);
+    if (run_counted(*route->chain[i], route->counters[i], op, stack, device)) return true;
   }
   return false;
 }
@@ -257,11 +252,7 @@ bool run_with_provider(const std::string& name, const c10::OperatorHandle& op,
     if (!slot) slot = std::make_unique<Counters>();
     c = slot.get();
   }
-  uint64_t t0 = op_clock::now();
-  bool accepted = run_provider(*p, op, stack, device);
-  if (accepted) record_call(c, op_clock::now() - t0);
-  else c->declined.fetch_add(1, std::memory_order_relaxed);
-  return accepted;
+  return run_counted(*p, c, op, stack, device);
 }
 
 OpState& routing_state(const c10::OperatorHandle& op) {
