@@ -267,3 +267,55 @@ def test_native_handle_launches_host_work_in_stream_order(hal):
     finally:
         hal.stream_destroy(s)
         hal.free(0, p)
+
+
+_DESTROY_FROM_OWN_WORK = """
+import ctypes, threading
+import flagos_hal
+import flagos_hal.sim_control
+from flagos_hal import HalError, Status
+
+class RT(ctypes.Structure):
+    pass
+FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+RT._fields_ = [("struct_size", ctypes.c_uint32), ("stream", ctypes.c_void_p),
+               ("launch_host_func", ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(RT), FN,
+                                                     ctypes.c_void_p))]
+h = flagos_hal.load("sim")
+ctl = flagos_hal.sim_control.SimControl(h)
+base = ctl.live()[0]
+s = h.stream_create(0)
+rt = ctypes.cast(h.stream_native_handle(s), ctypes.POINTER(RT)).contents
+done, seen = threading.Event(), []
+def on_stream(_):
+    try:
+        h.stream_destroy(s)
+        seen.append("destroyed")
+    except HalError as e:
+        seen.append((e.status, e.message))
+    done.set()
+fn = FN(on_stream)
+assert rt.launch_host_func(ctypes.byref(rt), fn, None) == Status.SUCCESS
+assert done.wait(30)
+status, message = seen[0]
+assert status == Status.INVALID_VALUE, seen
+assert "called from work running on this stream" in message, message
+assert ctl.live()[0] == base + 1  # still live, and it still runs work
+p = h.malloc(0, 64)
+h.memset_async(p, 7, 64, s)
+h.stream_synchronize(s)
+assert h.read(p, 64) == bytes([7]) * 64
+h.free(0, p)
+h.stream_destroy(s)  # from this thread it goes
+assert ctl.live()[0] == base
+print("bye", flush=True)
+"""
+
+
+def test_stream_destroy_from_its_own_work_is_refused_not_an_abort():
+    # A stream's worker cannot join itself: destroying the stream from a host function
+    # running on it used to drop the stream object with its worker thread still joinable,
+    # which aborts the process ("terminate called without an active exception").
+    r = run_python(_DESTROY_FROM_OWN_WORK, timeout=60)
+    assert "terminate called" not in r.stderr, r.stderr
+    assert r.returncode == 0 and "bye" in r.stdout, (r.returncode, r.stdout, r.stderr)

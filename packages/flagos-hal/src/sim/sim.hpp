@@ -66,9 +66,12 @@ struct SimStream : kit::StreamBase {
   // The native handle: what kernel libraries for this device launch on (sim_runtime.h).
   flagos_hal_sim_stream_t runtime{};
 
+  ~SimStream();  // stops the worker if stream_destroy did not (a failed create)
   void run();
   void push(Task task);
   bool is_idle() { return pending.load(std::memory_order_acquire) == 0; }
+  // Whether the caller is this stream's worker (inside work queued on the stream).
+  bool on_worker() const { return worker.get_id() == std::this_thread::get_id(); }
   void synchronize();
   void stop();  // after the queue has drained
 };

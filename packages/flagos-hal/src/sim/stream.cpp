@@ -55,6 +55,13 @@ void SimStream::synchronize() {
   idle.wait(lock, [&] { return pending.load(std::memory_order_acquire) == 0; });
 }
 
+// A std::thread destroyed while joinable calls std::terminate ("terminate called without
+// an active exception"). stream_destroy stops the worker; this covers an object dropped
+// without it. The worker itself never gets here: stream_destroy refuses to run on it.
+SimStream::~SimStream() {
+  if (worker.joinable() && !on_worker()) stop();
+}
+
 void SimStream::stop() {
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -96,6 +103,13 @@ Status Sim::stream_create(Stream& s) {
 }
 
 Status Sim::stream_destroy(Stream& s) {
+  // From work running on the stream (a host function), the worker would have to join
+  // itself: refused, as a real runtime refuses runtime calls from its stream callbacks.
+  if (s.on_worker()) {
+    return kit::fail(FLAGOS_ERROR_INVALID_VALUE,
+                     "stream_destroy: called from work running on this stream (a host "
+                     "function); destroy the stream from another thread once its work is done");
+  }
   s.stop();  // the worker drains the queue first
   --g_live_streams;
   return FLAGOS_SUCCESS;

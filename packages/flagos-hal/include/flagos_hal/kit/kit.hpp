@@ -714,8 +714,13 @@ class Hal {
     if (!state().streams.remove_if(stream, [](const Stream&) { return true; }, &found)) {
       return bad_stream("stream_destroy");  // destroyed by another thread meanwhile
     }
-    FLAGOS_KIT_TRY(activate(s->device));
-    return V::stream_destroy(*s);
+    Status st = activate(s->device);
+    if (st == FLAGOS_SUCCESS) st = V::stream_destroy(*s);
+    // A failed destroy leaves the stream live and usable: back into the registry, so the
+    // object (and whatever the vendor's stream owns, a worker thread say) is not dropped
+    // without the vendor's stream_destroy having run.
+    if (st != FLAGOS_SUCCESS) state().streams.add(s);
+    return st;
   }
   static Status stream_query(flagos_stream_t stream) {
     FLAGOS_KIT_TRY(ready());
