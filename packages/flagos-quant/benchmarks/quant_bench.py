@@ -28,8 +28,9 @@ from flagos_quant import FP8Linear, quantize_fp8, quantize_linears, set_weight_o
 from flagos_quant.dequant import dequantize_fp8
 from flagos_quant.fused_linear import FP8_WEIGHT_LINEAR, NVFP4_WEIGHT_LINEAR
 
-# The weight-only linear ops routed to the formula from routed flagos ops (dequantize the
-# whole weight, then a bf16 matmul) instead of the twin's fused kernel.
+# The weight-only linear ops routed to the twin's fused kernel (boxing: Triton on CUDA), or
+# to the formula from routed flagos ops (dequantize the whole weight, then a bf16 matmul).
+FUSED = {FP8_WEIGHT_LINEAR: "boxing", NVFP4_WEIGHT_LINEAR: "boxing"}
 UNFUSED = {FP8_WEIGHT_LINEAR: "emulation", NVFP4_WEIGHT_LINEAR: "emulation"}
 
 
@@ -80,10 +81,10 @@ def bench_linears(shapes, batches, min_time: float) -> list[list]:
             t_bf16 = timed("flagos", base, x)
             cases = {"bf16": t_bf16}
             for label, layer, wo, routes in (
-                    ("FP8 weight-only, fused", fp8, True, {}),
+                    ("FP8 weight-only, fused", fp8, True, FUSED),
                     ("FP8 weight-only, dequantize then matmul", fp8, True, UNFUSED),
                     ("FP8 emulated, per-tensor activations", fp8, False, {}),
-                    ("NVFP4 weight-only, fused", nv, True, {}),
+                    ("NVFP4 weight-only, fused", nv, True, FUSED),
                     ("NVFP4 weight-only, dequantize then matmul", nv, True, UNFUSED),
                     ("NVFP4 emulated, per-16 activations", nv, False, {})):
                 layer.weight_only = wo
@@ -139,7 +140,7 @@ def bench_decode(cfg: dict, steps: int, prompt: int) -> list[list]:
         weight_bytes = sum(p.untyped_storage().nbytes() for n, p in model.named_parameters()
                            if "layers." in n)
         routes = {"aten::_scaled_mm": "boxing"} if "native" in label else \
-            UNFUSED if "dequantize" in label else {}
+            UNFUSED if "dequantize" in label else FUSED if "fused" in label else {}
         with flagos.routing.override(routes):
             out = model(ids.to("flagos"), use_cache=True)
             cache, tok = out.past_key_values, out.logits[:, -1:].argmax(-1)

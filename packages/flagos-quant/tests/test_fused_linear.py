@@ -20,7 +20,7 @@ from flagos_quant.fused_linear import (
     nvfp4_weight_linear,
 )
 from flagos_quant.quantize import quantize_fp8, quantize_fp8_blocks, quantize_nvfp4
-from quant_testing import assert_matches_cpu, calls
+from quant_testing import assert_matches_cpu, calls, exact_hal
 
 DEV = "flagos"
 
@@ -109,7 +109,8 @@ def test_gradients_reach_the_activations_and_bias() -> None:
     xf = x.detach().to(DEV).requires_grad_()
     fp8_weight_linear(xf, q.to(DEV), s.to(DEV), block, bias.detach().to(DEV)).square().sum() \
         .backward()
-    torch.testing.assert_close(xf.grad.cpu(), xr.grad)
+    tol = {} if exact_hal() else {"rtol": 1e-4, "atol": 1e-4}  # a GPU sums in another order
+    torch.testing.assert_close(xf.grad.cpu(), xr.grad, **tol)
 
 
 def test_weight_only_layers_use_the_ops(stats) -> None:
