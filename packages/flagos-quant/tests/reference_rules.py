@@ -96,3 +96,19 @@ def fp4_block(packed: torch.Tensor, scale: torch.Tensor, block: int,
             v = e2m1(nib) * s[i][j // block]
             out[i, j] = round_f32(v * global_scale if global_scale is not None else v)
     return out
+
+
+def fp4_over_global(packed: torch.Tensor, scale: torch.Tensor, block: int,
+                    global_divisor: float) -> torch.Tensor:
+    """compressed-tensors' NVFP4 rule: value[i][j] = round_f32(e2m1(nibble j of row i) *
+    round_f32(scale[i][j // block] / global_divisor))."""
+    raw = packed.view(torch.uint8).tolist()
+    s = decode(scale)
+    rows, half = packed.shape
+    out = torch.empty(rows, half * 2, dtype=torch.float32)
+    for i in range(rows):
+        for j in range(half * 2):
+            byte = raw[i][j // 2]
+            nib = byte & 0xF if j % 2 == 0 else byte >> 4
+            out[i, j] = round_f32(e2m1(nib) * round_f32(s[i][j // block] / global_divisor))
+    return out

@@ -7,6 +7,10 @@ under ``quant_method: "modelopt"`` through transformers' registry
 builds the model with packed-weight layers (:mod:`.modules`) and loads the checkpoint's
 tensors into them as they are stored (FP8 stays FP8, NVFP4 stays packed).
 
+Formats transformers serves itself (``fp8``, ``compressed-tensors``) are taken over for
+loads onto flagos only (:mod:`.hf_takeover`, the table :data:`TAKEOVERS`); every other
+load of them stays with transformers' own quantizer.
+
 Registration happens when transformers' quantizer registry is first imported (a
 post-import hook installed by the ``flagos.plugins`` entry point at ``import flagos``), so
 neither ``import torch`` nor ``import flagos`` imports transformers. A transformers that
@@ -22,12 +26,21 @@ import threading
 import warnings
 from typing import Any
 
-__all__ = ["install", "register", "registered"]
+__all__ = ["TAKEOVERS", "install", "register", "registered", "taken_over"]
 
 _REGISTRY_MODULE = "transformers.quantizers.auto"
 _lock = threading.Lock()
 registered: str | None = None
 """None until registration ran; then "registered" or why it was skipped."""
+
+TAKEOVERS: dict[str, tuple[str, bool]] = {
+    # quant_method: (module:function giving flagos' quantizer class, whether transformers'
+    # config class is wrapped too, to keep the checkpoint's own fields and defer its errors)
+    "fp8": ("flagos_quant.hf_fp8:quantizer_class", True),
+    "compressed-tensors": ("flagos_quant.compressed_tensors:quantizer_class", True),
+}
+taken_over: dict[str, str] = {}
+"""quant_method -> "taken over" or why not (filled by :func:`register`)."""
 
 
 def register() -> str:
@@ -39,6 +52,7 @@ def register() -> str:
             return registered
         from transformers.quantizers import auto
 
+        _take_over()
         if "modelopt" in auto.AUTO_QUANTIZER_MAPPING or "modelopt" in \
                 auto.AUTO_QUANTIZATION_CONFIG_MAPPING:
             registered = "skipped: this transformers registers 'modelopt' itself"
@@ -48,6 +62,22 @@ def register() -> str:
         auto.register_quantizer("modelopt")(quantizer_cls)
         registered = "registered"
         return registered
+
+
+def _take_over() -> None:
+    import importlib
+
+    from .hf_takeover import take_over
+
+    for method, (target, config) in TAKEOVERS.items():
+        module, _, function = target.partition(":")
+        try:
+            ours = getattr(importlib.import_module(module), function)()
+            taken_over[method] = take_over(method, ours, config=config)
+        except Exception as e:  # noqa: BLE001 - leave transformers' own quantizer
+            taken_over[method] = f"failed: {type(e).__name__}: {e}"
+            warnings.warn(f"flagos-quant: taking over {method!r} loads onto flagos failed: "
+                          f"{e!r}", RuntimeWarning, stacklevel=3)
 
 
 def _classes() -> tuple[type, type]:
