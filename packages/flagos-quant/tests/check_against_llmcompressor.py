@@ -36,10 +36,6 @@ import torch
 SCHEMES = {"ct-fp8-dynamic": "FP8_DYNAMIC", "ct-fp8-static": "FP8", "ct-nvfp4": "NVFP4"}
 
 
-def _bytes(t: torch.Tensor) -> torch.Tensor:
-    return t.contiguous().reshape(-1).view(torch.uint8)
-
-
 def _config(d: Path) -> dict:
     qc = json.loads((d / "config.json").read_text())["quantization_config"]
     qc.pop("version", None)
@@ -79,24 +75,13 @@ def export(fmt: str, out: Path) -> Path:
 
 
 def main(out: Path) -> int:
-    from safetensors.torch import load_file
-
     failures = 0
     for fmt in SCHEMES:
         mc.write(out, fmt)
         theirs_dir = export(fmt, out)
-        mine = load_file(str(out / fmt / "model.safetensors"))
-        theirs = load_file(str(theirs_dir / "model.safetensors"))
-        bad = sorted(set(mine) ^ set(theirs))
-        for k in sorted(set(mine) & set(theirs)):
-            a, b = mine[k], theirs[k]
-            if (a.dtype, a.shape) != (b.dtype, b.shape) or not torch.equal(_bytes(a), _bytes(b)):
-                bad.append(k)
+        count, bad = mc.differing_tensors(out / fmt, theirs_dir)
         same_config = _config(out / fmt) == _config(theirs_dir)
-        print(f"{fmt}: {len(mine)} tensors, {len(bad)} differ"
-              f"{': ' + ', '.join(bad[:8]) if bad else ''}; quantization configs "
-              f"{'equal' if same_config else 'DIFFER'} (version aside)")
-        failures += len(bad) + (not same_config)
+        failures += mc.report(fmt, count, bad, same_config, "version")
     return 1 if failures else 0
 
 

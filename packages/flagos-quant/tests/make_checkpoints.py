@@ -15,7 +15,6 @@ compressed-tensors formats are written by make_hf_checkpoints.py (see there).
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -116,8 +115,6 @@ def quant_config(algo: str) -> tuple[dict, dict]:
 
 def write(out: Path, fmt: str) -> None:
     """Write OUT/<fmt>/ and OUT/<fmt>-bf16/."""
-    from safetensors.torch import save_file
-
     if fmt in make_hf_checkpoints.FORMATS:
         make_hf_checkpoints.write(out, fmt, base_model, calibration_amax, _fused_group)
         return
@@ -144,16 +141,34 @@ def write(out: Path, fmt: str) -> None:
             quantized[name] = p.contiguous()
             reference[name] = p.contiguous()
     flat, nested = quant_config(algo)
-    cfg = model.config.to_dict()
-    for d, tensors, qc in ((out / fmt, quantized, flat), (out / f"{fmt}-bf16", reference, None)):
-        d.mkdir(parents=True, exist_ok=True)
-        c = dict(cfg)
-        c.pop("quantization_config", None)
-        if qc is not None:
-            c["quantization_config"] = qc
-            (d / "hf_quant_config.json").write_text(json.dumps(nested, indent=2) + "\n")
-        (d / "config.json").write_text(json.dumps(c, indent=2, sort_keys=True) + "\n")
-        save_file(tensors, str(d / "model.safetensors"), metadata={"format": "pt"})
+    make_hf_checkpoints.save_pair(out, fmt, model.config.to_dict(), quantized, reference, flat,
+                                  {"hf_quant_config.json": nested})
+
+
+def differing_tensors(mine_dir: Path, theirs_dir: Path) -> tuple[int, list[str]]:
+    """How many tensors ``mine_dir``'s model.safetensors holds, and the names of those
+    that differ from ``theirs_dir``'s in presence, dtype, shape or bytes (the checks
+    against the formats' own tools)."""
+    from safetensors.torch import load_file
+
+    def raw(t: torch.Tensor) -> torch.Tensor:
+        return t.contiguous().reshape(-1).view(torch.uint8)
+
+    mine = load_file(str(mine_dir / "model.safetensors"))
+    theirs = load_file(str(theirs_dir / "model.safetensors"))
+    bad = sorted(set(mine) ^ set(theirs))
+    for k in sorted(set(mine) & set(theirs)):
+        a, b = mine[k], theirs[k]
+        if (a.dtype, a.shape) != (b.dtype, b.shape) or not torch.equal(raw(a), raw(b)):
+            bad.append(k)
+    return len(mine), bad
+
+
+def report(fmt: str, count: int, bad: list[str], same_config: bool, aside: str) -> int:
+    """Print a check's result line; returns the number of failures."""
+    print(f"{fmt}: {count} tensors, {len(bad)} differ{': ' + ', '.join(bad[:8]) if bad else ''}; "
+          f"quantization configs {'equal' if same_config else 'DIFFER'} ({aside} aside)")
+    return len(bad) + (not same_config)
 
 
 def main(argv: list[str]) -> int:

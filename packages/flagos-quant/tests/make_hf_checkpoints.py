@@ -176,8 +176,6 @@ def write(out: Path, fmt: str, base_model, calibration_amax, fused_group) -> Non
     """Write OUT/<fmt>/ and OUT/<fmt>-bf16/ (``base_model(**sizes)`` builds the seeded
     model, ``calibration_amax(model)`` gives each linear layer's input amax over the
     calibration batch)."""
-    from safetensors.torch import save_file
-
     model = base_model(**(HF_FP8_SIZES if fmt == "hf-fp8" else {}))
     quantized, reference = quantized_state(fmt, model, fused_group)
     if fmt in ("ct-fp8-static", "ct-nvfp4"):
@@ -188,12 +186,24 @@ def write(out: Path, fmt: str, base_model, calibration_amax, fused_group) -> Non
             else:
                 quantized[f"{layer}.input_global_scale"] = ct_nvfp4_global(amax)
     qc = hf_fp8_config() if fmt == "hf-fp8" else ct_config(fmt)
-    cfg = model.config.to_dict()
-    for d, tensors, q in ((out / fmt, quantized, qc), (out / f"{fmt}-bf16", reference, None)):
+    save_pair(out, fmt, model.config.to_dict(), quantized, reference, qc)
+
+
+def save_pair(out: Path, fmt: str, cfg: dict, quantized: dict[str, torch.Tensor],
+              reference: dict[str, torch.Tensor], quantization_config: dict,
+              extra_files: dict[str, dict] | None = None) -> None:
+    """OUT/<fmt>/ (config.json with ``quantization_config``, model.safetensors, and
+    ``extra_files`` as JSON) and OUT/<fmt>-bf16/ (the reference, no quantization config)."""
+    from safetensors.torch import save_file
+
+    for d, tensors, q in ((out / fmt, quantized, quantization_config),
+                          (out / f"{fmt}-bf16", reference, None)):
         d.mkdir(parents=True, exist_ok=True)
         c = dict(cfg)
         c.pop("quantization_config", None)
         if q is not None:
             c["quantization_config"] = q
+            for name, content in (extra_files or {}).items():
+                (d / name).write_text(json.dumps(content, indent=2) + "\n")
         (d / "config.json").write_text(json.dumps(c, indent=2, sort_keys=True) + "\n")
         save_file(tensors, str(d / "model.safetensors"), metadata={"format": "pt"})

@@ -16,7 +16,7 @@ import pytest
 import torch
 from flagos_quant import FP8BlockLinear, QuantConfigError, QuantLinear, set_weight_only
 from flagos_quant.ct_modules import CTFP8Linear, CTNVFP4Linear
-from quant_testing import calls, exact_hal
+from quant_testing import calls, exact_hal, greedy, load, load_onto_flagos_exactly, rel_l2
 from reference_rules import fp4_over_global, fp8_block
 
 transformers = pytest.importorskip("transformers")
@@ -35,17 +35,7 @@ SCHEME_BOUND = {"hf-fp8": 0.25, "ct-fp8-dynamic": 0.25, "ct-fp8-static": 0.25, "
 IDS = torch.randint(3, 256, (2, 12), generator=torch.Generator().manual_seed(5))
 
 
-def _load(path: Path, **kw):
-    return transformers.AutoModelForCausalLM.from_pretrained(str(path), **kw).eval()
 
-
-def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    return ((a.float() - b.float()).norm() / b.float().norm()).item()
-
-
-def _greedy(model, ids: torch.Tensor) -> torch.Tensor:
-    return model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=8,
-                          do_sample=False)[:, ids.shape[1]:].cpu()
 
 
 def _packed_bytes(m: QuantLinear) -> int:
@@ -57,18 +47,11 @@ def _packed_bytes(m: QuantLinear) -> int:
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_weights_stay_packed_on_flagos(checkpoints: Path, fmt: str, stats) -> None:
     layer_type, bytes_per_weight, op = FORMATS[fmt]
-    torch.flagos.synchronize()
-    before = torch.flagos.memory_allocated()
-    model = _load(checkpoints / fmt, device_map="flagos")
-    torch.flagos.synchronize()
-    loaded = torch.flagos.memory_allocated() - before
+    # every byte the load takes on the device is the checkpoint's own tensors, as stored
+    model = load_onto_flagos_exactly(checkpoints / fmt)
     layers = [m for m in model.modules() if isinstance(m, layer_type)]
     assert len(layers) == 14  # 7 per decoder layer; lm_head is in the ignore list
     assert type(model.lm_head) is torch.nn.Linear
-    tensors = {id(t): t for t in [*model.parameters(), *model.buffers()]}.values()
-    assert all(t.device.type == "flagos" for t in tensors)
-    # every byte on the device is a tensor of the model (512-byte allocator blocks)
-    assert loaded == sum(-(-t.untyped_storage().nbytes() // 512) * 512 for t in tensors)
     for m in layers:
         assert _packed_bytes(m) == m.in_features * m.out_features * bytes_per_weight
     packed = layers[0].weight_packed if fmt == "ct-nvfp4" else layers[0].weight
@@ -94,8 +77,8 @@ def _rule(m: QuantLinear) -> torch.Tensor:
 def test_dequantization_bit_exact(checkpoints: Path, fmt: str) -> None:
     """On flagos, the weight dequantizes bit for bit by the format's rule (float32), and
     in bf16 to the reference checkpoint's weight."""
-    model = _load(checkpoints / fmt, device_map="flagos")
-    ref = _load(checkpoints / f"{fmt}-bf16")
+    model = load(checkpoints / fmt, device_map="flagos")
+    ref = load(checkpoints / f"{fmt}-bf16")
     name = "model.layers.1.mlp.down_proj"
     m = model.get_submodule(name)
     got = m.dequantized_weight(torch.float32).cpu()
@@ -111,34 +94,34 @@ def test_logits_and_greedy_generation(checkpoints: Path, fmt: str) -> None:
     float32 compute: weight-only generation equals the reference model's with the
     float32 dequantized weights (the format's rule, bit-exact above), and the scheme on
     flagos equals the same layers on CPU (within float32 rounding) token for token."""
-    ref = _load(checkpoints / f"{fmt}-bf16")
-    model = _load(checkpoints / fmt, device_map="flagos")
+    ref = load(checkpoints / f"{fmt}-bf16")
+    model = load(checkpoints / fmt, device_map="flagos")
     ids = IDS.to("flagos")
     with torch.no_grad():
         want = ref(IDS).logits
         scheme = model(ids).logits.cpu()
         set_weight_only(model)
         weight_only = model(ids).logits.cpu()
-    assert _rel(weight_only, want) < 0.02
-    assert _rel(scheme, want) < SCHEME_BOUND[fmt]
+    assert rel_l2(weight_only, want) < 0.02
+    assert rel_l2(scheme, want) < SCHEME_BOUND[fmt]
     if not exact_hal():
         return
-    model = _load(checkpoints / fmt, device_map="flagos", dtype=torch.float32)
-    ref = _load(checkpoints / f"{fmt}-bf16", dtype=torch.float32)
+    model = load(checkpoints / fmt, device_map="flagos", dtype=torch.float32)
+    ref = load(checkpoints / f"{fmt}-bf16", dtype=torch.float32)
     for name, m in model.named_modules():
         if isinstance(m, QuantLinear):
             ref.get_submodule(name).weight.data = m.dequantized_weight(torch.float32).cpu()
     with torch.no_grad():
         on_flagos = model(ids).logits.cpu()
-        scheme_tokens = _greedy(model, ids)
+        scheme_tokens = greedy(model, ids)
         set_weight_only(model)
-        assert torch.equal(_greedy(model, ids), _greedy(ref, IDS))
+        assert torch.equal(greedy(model, ids), greedy(ref, IDS))
         set_weight_only(model, False)
         model.to("cpu")
         # the CPU reference of the emulation: equal up to float32 summation order (the
         # per-block and per-row scaled matmuls sum their blocks in another order there)
-        assert _rel(model(IDS).logits, on_flagos) < 1e-5
-        assert torch.equal(_greedy(model, IDS), scheme_tokens)
+        assert rel_l2(model(IDS).logits, on_flagos) < 1e-5
+        assert torch.equal(greedy(model, IDS), scheme_tokens)
 
 
 def _with_config(checkpoints: Path, tmp_path: Path, fmt: str, change) -> Path:
@@ -177,7 +160,7 @@ def _set(path: str, value):
 def test_bad_config_names_the_field(checkpoints: Path, tmp_path: Path, fmt, path, value) -> None:
     bad = _with_config(checkpoints, tmp_path, fmt, _set(path, value))
     with pytest.raises(QuantConfigError, match=f"^quantization_config.{path}: ") as e:
-        _load(bad, device_map="flagos")
+        load(bad, device_map="flagos")
     assert e.value.field == path
 
 
@@ -189,8 +172,8 @@ def test_hf_fp8_on_cpu_is_transformers_own(checkpoints: Path) -> None:
     transformers' own)."""
     from transformers.quantizers.quantizer_finegrained_fp8 import FineGrainedFP8HfQuantizer
 
-    model = _load(checkpoints / "hf-fp8", device_map="cpu")
-    ref = _load(checkpoints / "hf-fp8-bf16")
+    model = load(checkpoints / "hf-fp8", device_map="cpu")
+    ref = load(checkpoints / "hf-fp8-bf16")
     assert not any(isinstance(m, QuantLinear) for m in model.modules())
     assert type(getattr(model, "hf_quantizer", None)) in (FineGrainedFP8HfQuantizer, type(None))
     want = ref.state_dict()
@@ -233,12 +216,12 @@ def test_compressed_tensors_on_cpu_is_transformers_own(checkpoints: Path, fmt: s
         CompressedTensorsHfQuantizer,
     )
 
-    model = _load(checkpoints / fmt, device_map="cpu")
+    model = load(checkpoints / fmt, device_map="cpu")
     assert type(model.hf_quantizer) is CompressedTensorsHfQuantizer
     assert not any(isinstance(m, QuantLinear) for m in model.modules())
-    dense = _load(checkpoints / fmt, device_map="cpu",
+    dense = load(checkpoints / fmt, device_map="cpu",
                   quantization_config=CompressedTensorsConfig(dequantize=True))
-    want = _load(checkpoints / f"{fmt}-bf16").state_dict()
+    want = load(checkpoints / f"{fmt}-bf16").state_dict()
     for k, v in dense.state_dict().items():
         assert torch.equal(v, want[k]), k
 
@@ -250,10 +233,10 @@ def test_flagos_loads_without_the_compressed_tensors_package(checkpoints: Path,
     import transformers.utils.quantization_config as qc
 
     monkeypatch.setattr(qc, "is_compressed_tensors_available", lambda: False)
-    model = _load(checkpoints / "ct-nvfp4", device_map="flagos")
+    model = load(checkpoints / "ct-nvfp4", device_map="flagos")
     assert sum(isinstance(m, CTNVFP4Linear) for m in model.modules()) == 14
     with pytest.raises(ImportError, match="compressed-tensors"):
-        _load(checkpoints / "ct-nvfp4", device_map="cpu")
+        load(checkpoints / "ct-nvfp4", device_map="cpu")
 
 
 def test_registry_take_over_is_reversible() -> None:

@@ -195,14 +195,12 @@ def _fields(config: object) -> Mapping[str, Any]:
 def quantizer_class() -> type:
     """flagos' quantizer for compressed-tensors checkpoints (a transformers
     ``HfQuantizer``; needs no compressed-tensors package)."""
-    from transformers.quantizers.base import HfQuantizer
 
     from .convert import replace_linears
+    from .hf_prequantized import prequantized_quantizer_base
 
-    class FlagosCompressedTensorsQuantizer(HfQuantizer):
+    class FlagosCompressedTensorsQuantizer(prequantized_quantizer_base()):
         """Loads compressed-tensors FP8 / NVFP4 checkpoints into packed-weight layers."""
-
-        requires_calibration = True
 
         def validate_environment(self, *args: Any, **kwargs: Any) -> None:
             self.spec = parse_compressed_tensors(_fields(self.quantization_config))
@@ -231,16 +229,5 @@ def quantizer_class() -> type:
             replace_linears(model, _Converts(), dtype=kwargs.get("dtype") or model.dtype,
                             new_layer=new_layer)
             return model
-
-        def param_needs_quantization(self, model, param_name: str, **kwargs) -> bool:
-            return False  # stored quantized: loaded as they are
-
-        @property
-        def is_serializable(self) -> bool:
-            return False
-
-        @property
-        def is_trainable(self) -> bool:
-            return False
 
     return FlagosCompressedTensorsQuantizer

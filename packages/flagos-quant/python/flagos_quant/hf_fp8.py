@@ -95,15 +95,13 @@ def _reject_experts(model: nn.Module, skips: _Skips) -> None:
 
 def quantizer_class() -> type:
     """flagos' quantizer for HF ``fp8`` checkpoints (a transformers ``HfQuantizer``)."""
-    from transformers.quantizers.base import HfQuantizer
     from transformers.quantizers.quantizer_finegrained_fp8 import FineGrainedFP8HfQuantizer
 
     from .convert import replace_linears
+    from .hf_prequantized import prequantized_quantizer_base
 
-    class FlagosFP8BlockQuantizer(HfQuantizer):
+    class FlagosFP8BlockQuantizer(prequantized_quantizer_base()):
         """Loads pre-quantized HF ``fp8`` checkpoints into FP8BlockLinear layers."""
-
-        requires_calibration = True
 
         @property
         def quantized_element_size(self) -> float:
@@ -131,16 +129,5 @@ def quantizer_class() -> type:
 
             replace_linears(model, skips, dtype=dtype, new_layer=new_layer)
             return model
-
-        def param_needs_quantization(self, model, param_name: str, **kwargs) -> bool:
-            return False  # stored quantized: loaded as they are
-
-        @property
-        def is_serializable(self) -> bool:
-            return False
-
-        @property
-        def is_trainable(self) -> bool:
-            return False
 
     return FlagosFP8BlockQuantizer

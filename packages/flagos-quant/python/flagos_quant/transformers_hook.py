@@ -81,11 +81,11 @@ def _take_over() -> None:
 
 
 def _classes() -> tuple[type, type]:
-    from transformers.quantizers.base import HfQuantizer
     from transformers.utils.quantization_config import QuantizationConfigMixin
 
     from .checkpoint_config import parse_modelopt
     from .convert import replace_linears
+    from .hf_prequantized import prequantized_quantizer_base
 
     class ModelOptConfig(QuantizationConfigMixin):
         """A ModelOpt checkpoint's ``quantization_config`` (validated when constructed)."""
@@ -100,10 +100,8 @@ def _classes() -> tuple[type, type]:
         def to_dict(self) -> dict[str, Any]:
             return {"quant_method": "modelopt", **self._fields}
 
-    class ModelOptQuantizer(HfQuantizer):
+    class ModelOptQuantizer(prequantized_quantizer_base()):
         """Loads pre-quantized ModelOpt FP8 / NVFP4 checkpoints into packed-weight layers."""
-
-        requires_calibration = True  # only pre-quantized checkpoints
 
         @property
         def quantized_element_size(self) -> float:
@@ -117,17 +115,6 @@ def _classes() -> tuple[type, type]:
                     f"*{k}*" for k in keep))
             replace_linears(model, spec, dtype=kwargs.get("dtype") or model.dtype)
             return model
-
-        def param_needs_quantization(self, model, param_name: str, **kwargs) -> bool:
-            return False  # stored quantized: loaded as they are
-
-        @property
-        def is_serializable(self) -> bool:
-            return False
-
-        @property
-        def is_trainable(self) -> bool:
-            return False
 
     return ModelOptConfig, ModelOptQuantizer
 
