@@ -243,6 +243,7 @@ def test_registry_take_over_is_reversible() -> None:
     from flagos_quant import hf_takeover
     from transformers.quantizers import auto
     from transformers.quantizers.quantizer_finegrained_fp8 import FineGrainedFP8HfQuantizer
+    from transformers.utils.quantization_config import FineGrainedFP8Config
 
     assert "modelopt" in auto.AUTO_QUANTIZER_MAPPING
     assert issubclass(auto.AUTO_QUANTIZER_MAPPING["fp8"], FineGrainedFP8HfQuantizer)
@@ -250,9 +251,40 @@ def test_registry_take_over_is_reversible() -> None:
     assert hf_takeover.restore("fp8")
     try:
         assert auto.AUTO_QUANTIZER_MAPPING["fp8"] is FineGrainedFP8HfQuantizer
+        assert auto.AUTO_QUANTIZATION_CONFIG_MAPPING["fp8"] is FineGrainedFP8Config
         assert not hf_takeover.restore("fp8")
     finally:
         from flagos_quant.hf_fp8 import quantizer_class
+        from flagos_quant.transformers_hook import TAKEOVERS
 
-        assert hf_takeover.take_over("fp8", quantizer_class()) == "taken over"
+        assert hf_takeover.take_over("fp8", quantizer_class(),
+                                     config=TAKEOVERS["fp8"][1]) == "taken over"
     assert auto.AUTO_QUANTIZER_MAPPING["fp8"].__name__ == ours.__name__
+
+
+def test_dequantize_true_onto_flagos_is_transformers_own(checkpoints: Path) -> None:
+    """Asking transformers to dequantize keeps its dense bf16 model, also on flagos."""
+    from transformers.utils.quantization_config import FineGrainedFP8Config
+
+    model = load(checkpoints / "hf-fp8", device_map="flagos",
+                 quantization_config=FineGrainedFP8Config(dequantize=True))
+    assert not any(isinstance(m, QuantLinear) for m in model.modules())
+    want = load(checkpoints / "hf-fp8-bf16").state_dict()
+    for k, v in model.state_dict().items():
+        assert v.device.type == "flagos" and torch.equal(v.cpu(), want[k]), k
+
+
+def test_configs_stay_transformers_own() -> None:
+    """A config that transformers' class accepts is an instance of exactly that class,
+    with nothing of flagos in what it serialises."""
+    from transformers.quantizers.auto import AutoQuantizationConfig
+    from transformers.utils.quantization_config import FineGrainedFP8Config
+
+    fields = {"quant_method": "fp8", "activation_scheme": "dynamic", "fmt": "e4m3",
+              "weight_block_size": [128, 128]}
+    config = AutoQuantizationConfig.from_dict(dict(fields))
+    assert type(config) is FineGrainedFP8Config
+    assert "flagos" not in json.dumps(config.to_dict())
+    from flagos_quant.hf_takeover import checkpoint_fields
+
+    assert checkpoint_fields(config) == fields

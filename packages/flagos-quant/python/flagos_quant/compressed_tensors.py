@@ -188,7 +188,9 @@ def parse_compressed_tensors(config: Mapping[str, Any]) -> CTSpec:
 
 def _fields(config: object) -> Mapping[str, Any]:
     """The checkpoint's own ``quantization_config`` fields behind transformers' config."""
-    fields = getattr(config, "flagos_fields", None)
+    from .hf_takeover import checkpoint_fields
+
+    fields = checkpoint_fields(config)
     return fields if fields is not None else config.to_dict()
 
 

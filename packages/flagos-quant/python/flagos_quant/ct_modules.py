@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from .dequant import dequantize_fp4_over_global, dequantize_fp8
+from .fused_linear import fp8_weight_linear, nvfp4_weight_linear
 from .modules import QuantLinear, _frozen
 from .ops import scaled_mm, scaled_mm_nvfp4
 from .quantize import quantize_fp8, quantize_fp8_blocks, quantize_nvfp4
@@ -56,9 +57,13 @@ class CTFP8Linear(QuantLinear):
         block = (1, self.in_features) if self.per_channel else None
         return dequantize_fp8(self.weight, self.weight_scale, block).to(dtype)
 
+    def _weight_only_forward(self, x: torch.Tensor) -> torch.Tensor:
+        block = (1, self.in_features) if self.per_channel else None
+        return fp8_weight_linear(x, self.weight, self.weight_scale, block, self.bias)
+
     def _quantized_forward(self, x: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
         if self.activations is None:
-            return F.linear(x, self.dequantized_weight(out_dtype), self.bias)
+            return self._weight_only_forward(x)
         if self.activations == "dynamic-token":
             xq, xs = quantize_fp8_blocks(x, (1, self.in_features))  # xs [M, 1]
         else:
@@ -71,6 +76,10 @@ class CTFP8Linear(QuantLinear):
     def extra_repr(self) -> str:
         return (f"{super().extra_repr()}, per_channel={self.per_channel}, "
                 f"activations={self.activations}")
+
+
+def _reciprocal(divisor: torch.Tensor) -> torch.Tensor:
+    return (1.0 / divisor.float()).reshape(())
 
 
 class CTNVFP4Linear(QuantLinear):
@@ -98,13 +107,21 @@ class CTNVFP4Linear(QuantLinear):
         return dequantize_fp4_over_global(self.weight_packed, self.weight_scale,
                                           self.block_size, self.weight_global_scale).to(dtype)
 
+    def _weight_only_forward(self, x: torch.Tensor) -> torch.Tensor:
+        # the packed-weight op multiplies by a global scale: compressed-tensors' divisor
+        # as its float32 reciprocal (relative difference at most 2^-24)
+        if self.block_size != 16:
+            return F.linear(x, self.dequantized_weight(x.dtype), self.bias)
+        return nvfp4_weight_linear(x, self.weight_packed, self.weight_scale,
+                                   _reciprocal(self.weight_global_scale), self.bias)
+
     def _quantized_forward(self, x: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
         if not self.quantize_input:
-            return F.linear(x, self.dequantized_weight(out_dtype), self.bias)
+            return self._weight_only_forward(x)
         # the NVFP4 scaled matmul multiplies by global scales: compressed-tensors' divisors
         # as their float32 reciprocals (relative difference at most 2^-24)
-        a_global = (1.0 / self.input_global_scale.float()).reshape(())
-        b_global = (1.0 / self.weight_global_scale.float()).reshape(())
+        a_global = _reciprocal(self.input_global_scale)
+        b_global = _reciprocal(self.weight_global_scale)
         xq, xs, xg = quantize_nvfp4(x, a_global, self.block_size)
         fp4 = torch.float4_e2m1fn_x2
         return scaled_mm_nvfp4(xq.view(fp4), xs, xg, self.weight_packed.view(fp4).t(),

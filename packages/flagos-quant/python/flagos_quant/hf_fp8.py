@@ -99,6 +99,7 @@ def quantizer_class() -> type:
 
     from .convert import replace_linears
     from .hf_prequantized import prequantized_quantizer_base
+    from .hf_takeover import checkpoint_fields
 
     class FlagosFP8BlockQuantizer(prequantized_quantizer_base()):
         """Loads pre-quantized HF ``fp8`` checkpoints into FP8BlockLinear layers."""
@@ -109,8 +110,8 @@ def quantizer_class() -> type:
 
         def validate_environment(self, *args: Any, **kwargs: Any) -> None:
             config = self.quantization_config
-            fields = getattr(config, "flagos_fields", None)  # the checkpoint's own
-            self.spec = parse_hf_fp8({**config.to_dict(), **(fields or {})})
+            fields = checkpoint_fields(config) or {}  # what transformers' config drops
+            self.spec = parse_hf_fp8({**config.to_dict(), **fields})
 
         def _process_model_before_weight_loading(self, model, **kwargs):
             # transformers' own names of the layers kept in full precision

@@ -17,14 +17,30 @@ other library replaced it) is left alone.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 
-__all__ = ["loads_onto_flagos", "restore", "take_over"]
+__all__ = ["checkpoint_fields", "loads_onto_flagos", "restore", "take_over"]
 
 _ORIGINALS: dict[tuple[str, str], type] = {}
+# id(config object) -> the checkpoint's own quantization_config fields, kept beside the
+# object (transformers' configs serialise their attributes and are not hashable); an
+# entry goes with its object
+_FIELDS: dict[int, dict[str, Any]] = {}
+
+
+def _keep_fields(config: object, fields: dict[str, Any]) -> None:
+    _FIELDS[id(config)] = fields
+    weakref.finalize(config, _FIELDS.pop, id(config), None)
+
+
+def checkpoint_fields(config: object) -> Mapping[str, Any] | None:
+    """The ``quantization_config`` fields a taken-over config was built from (None for a
+    config built otherwise, e.g. passed by the user)."""
+    return _FIELDS.get(id(config))
 
 
 def loads_onto_flagos(device_map: object) -> bool:
@@ -87,13 +103,14 @@ def deferring_config(theirs: type) -> type:
     """A subclass of transformers' config class ``theirs`` whose construction cannot fail:
     an error of ``theirs.__init__`` (its optional package missing, or a config it rejects)
     is kept and raised by the quantizer for a load not onto flagos, where transformers
-    would have raised it; a load onto flagos reads the checkpoint's fields itself. A config
-    that constructs becomes an instance of ``theirs`` (with the raw fields kept as
-    ``flagos_fields``); the subclass keeps ``theirs``' name, which transformers compares."""
+    would have raised it; a load onto flagos reads the checkpoint's fields itself
+    (:func:`checkpoint_fields`). A config that constructs becomes an instance of
+    ``theirs``, with no attribute added; the subclass keeps ``theirs``' name, which
+    transformers compares."""
 
     class Deferring(theirs):
         def __init__(self, **fields: Any) -> None:
-            self.flagos_fields = dict(fields)
+            _keep_fields(self, dict(fields))
             try:
                 theirs.__init__(self, **fields)
             except Exception as e:  # noqa: BLE001 - raised again by the quantizer
@@ -111,7 +128,7 @@ def deferring_config(theirs: type) -> type:
             return {"dequantize": self.dequantize}
 
         def to_dict(self) -> dict[str, Any]:
-            return dict(self.flagos_fields)
+            return dict(_FIELDS.get(id(self), {}))
 
     Deferring.__name__ = Deferring.__qualname__ = theirs.__name__
     return Deferring
