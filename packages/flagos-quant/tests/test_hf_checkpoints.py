@@ -16,6 +16,7 @@ import pytest
 import torch
 from flagos_quant import FP8BlockLinear, QuantConfigError, QuantLinear, set_weight_only
 from flagos_quant.ct_modules import CTFP8Linear, CTNVFP4Linear
+from make_hf_checkpoints import ct_config
 from quant_testing import calls, exact_hal, greedy, load, load_onto_flagos_exactly, rel_l2
 from reference_rules import fp4_over_global, fp8_block
 
@@ -288,3 +289,24 @@ def test_configs_stay_transformers_own() -> None:
     from flagos_quant.hf_takeover import checkpoint_fields
 
     assert checkpoint_fields(config) == fields
+
+
+@pytest.mark.parametrize("quantization_config", [
+    {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]},
+    ct_config("ct-nvfp4"),
+])
+def test_moe_experts_are_refused(tmp_path: Path, quantization_config: dict) -> None:
+    """Fused mixture-of-experts weights have no flagos layer: a clear error before any
+    weight loads, not FP8 / FP4 bytes in bf16 parameters."""
+    from safetensors.torch import save_file
+
+    cfg = transformers.MixtralConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
+                                     num_hidden_layers=1, num_attention_heads=2,
+                                     num_key_value_heads=2, num_local_experts=2).to_dict()
+    cfg["quantization_config"] = quantization_config
+    cfg["architectures"] = ["MixtralForCausalLM"]
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    save_file({"lm_head.weight": torch.zeros(64, 32)}, str(tmp_path / "model.safetensors"))
+    with pytest.raises(NotImplementedError, match=r"model\.layers\.0\.mlp\.experts: .*"
+                       "mixture-of-experts weights are not supported on flagos"):
+        load(tmp_path, device_map="flagos")

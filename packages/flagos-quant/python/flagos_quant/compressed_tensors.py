@@ -199,7 +199,7 @@ def quantizer_class() -> type:
     ``HfQuantizer``; needs no compressed-tensors package)."""
 
     from .convert import replace_linears
-    from .hf_prequantized import prequantized_quantizer_base
+    from .hf_prequantized import prequantized_quantizer_base, reject_fused_experts
 
     class FlagosCompressedTensorsQuantizer(prequantized_quantizer_base()):
         """Loads compressed-tensors FP8 / NVFP4 checkpoints into packed-weight layers."""
@@ -211,6 +211,15 @@ def quantizer_class() -> type:
             spec = self.spec
             keep = tuple(getattr(model, "_keep_in_fp32_modules", None) or ())
             modules = dict(model.named_modules())
+            reject_fused_experts(
+                model, lambda name, m: not any(_matches(name, m, t) for t in spec.ignore),
+                "compressed-tensors", "load with quantization_config="
+                "CompressedTensorsConfig(dequantize=True) to get a bf16 model")
+            for name, m in modules.items():
+                g = spec.group_of(name, m)
+                if isinstance(m, nn.Embedding) and g is not None:
+                    raise QuantConfigError(f"config_groups.{g.name}.targets", f"{name} is an "
+                                           "embedding; only linear layers load quantized")
             groups = {name: spec.group_of(name, m) for name, m in modules.items()
                       if type(m) is nn.Linear and not any(k in name for k in keep)}
 

@@ -82,23 +82,12 @@ class _Skips:
         return self._should(name, self._patterns)
 
 
-def _reject_experts(model: nn.Module, skips: _Skips) -> None:
-    """FP8 MoE experts (fused 3-D expert weights) have no flagos layer: refuse rather
-    than load their FP8 tensors into full-precision parameters without their scales."""
-    for name, _ in model.named_modules():
-        if name.endswith(".experts") and skips.converts(name):
-            raise NotImplementedError(
-                f"{name}: FP8 mixture-of-experts weights are not supported on flagos yet; "
-                "load with quantization_config=FineGrainedFP8Config(dequantize=True) to get "
-                "a bf16 model")
-
-
 def quantizer_class() -> type:
     """flagos' quantizer for HF ``fp8`` checkpoints (a transformers ``HfQuantizer``)."""
     from transformers.quantizers.quantizer_finegrained_fp8 import FineGrainedFP8HfQuantizer
 
     from .convert import replace_linears
-    from .hf_prequantized import prequantized_quantizer_base
+    from .hf_prequantized import prequantized_quantizer_base, reject_fused_experts
     from .hf_takeover import checkpoint_fields
 
     class FlagosFP8BlockQuantizer(prequantized_quantizer_base()):
@@ -120,7 +109,9 @@ def quantizer_class() -> type:
                 model, self.quantization_config.modules_to_not_convert,
                 model._keep_in_fp32_modules)
             skips = _Skips(skip)
-            _reject_experts(model, skips)
+            reject_fused_experts(model, lambda name, _: skips.converts(name), "FP8",
+                                 "load with quantization_config=FineGrainedFP8Config("
+                                 "dequantize=True) to get a bf16 model")
             dtype = kwargs.get("dtype") or model.dtype
 
             def new_layer(name: str, old: nn.Linear, layer_dtype: torch.dtype) -> FP8BlockLinear:

@@ -4,8 +4,22 @@ packed-weight layers as they are (nothing is quantized at load, nothing saved ba
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
-__all__ = ["prequantized_quantizer_base"]
+from torch import nn
+
+__all__ = ["prequantized_quantizer_base", "reject_fused_experts"]
+
+
+def reject_fused_experts(model: nn.Module, converts: Callable[[str, nn.Module], bool],
+                         fmt: str, hint: str) -> None:
+    """Mixture-of-experts weights that transformers fuses into 3-D parameters have no
+    flagos layer: refuse to load ``fmt`` rather than put their quantized tensors into
+    full-precision parameters without their scales."""
+    for name, module in model.named_modules():
+        if name.endswith(".experts") and converts(name, module):
+            raise NotImplementedError(f"{name}: {fmt} mixture-of-experts weights are not "
+                                      f"supported on flagos yet; {hint}")
 
 
 @functools.cache
