@@ -10,7 +10,7 @@ that one hook: there it becomes, for the rest of the load, either flagos' quanti
 device map names flagos) or exactly transformers' own (any other load: the instance's
 class is set back to transformers' class, with the state its own ``__init__`` made).
 
-The replacement is narrow (only the entries in :data:`.transformers_hook` 's table) and
+The replacement is narrow (only the entries in :data:`.transformers_hook.TAKEOVERS`) and
 reversible (:func:`restore`); an entry that is no longer transformers' own class (some
 other library replaced it) is left alone.
 """
@@ -116,7 +116,9 @@ def deferring_config(theirs: type) -> type:
             except Exception as e:  # noqa: BLE001 - raised again by the quantizer
                 self.flagos_init_error = e
                 self.quant_method = fields.get("quant_method")
-                self.dequantize = bool(fields.get("dequantize", False))
+                # as transformers reads it (``run_compressed=False``: the old spelling)
+                self.dequantize = bool(fields.get("dequantize")) or \
+                    fields.get("run_compressed") is False
                 return
             self.__class__ = theirs
 
