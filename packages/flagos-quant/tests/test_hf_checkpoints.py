@@ -207,6 +207,7 @@ def test_hf_fp8_writer_is_transformers_quantizer(checkpoints: Path) -> None:
 
 
 @pytest.mark.skipif(not HAS_CT, reason="compressed-tensors is not installed")
+@pytest.mark.filterwarnings("ignore:You passed `quantization_config`")  # dequantize=True
 @pytest.mark.parametrize("fmt", ["ct-fp8-dynamic", "ct-nvfp4"])
 def test_compressed_tensors_on_cpu_is_transformers_own(checkpoints: Path, fmt: str) -> None:
     """device_map="cpu": transformers' own compressed-tensors quantizer (with the
