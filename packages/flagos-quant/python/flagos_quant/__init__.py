@@ -6,9 +6,12 @@
   ``torch.nn.functional.scaled_mm`` on flagos for tensorwise, rowwise, 1x128 / 128x128
   block, MX (e8m0 per 32) and NVFP4 (e4m3 per 16 + global) scales, by
   dequantize-then-matmul; routed like every op.
-- :mod:`.modules`: linear layers that keep weights packed and dequantize per call.
-- Loading: ModelOpt FP8 / NVFP4 checkpoints through transformers' quantizer registry
-  (:mod:`.transformers_hook`), ``from_pretrained(path, device_map="flagos")`` unchanged.
+- :mod:`.modules`, :mod:`.ct_modules`: linear layers that keep weights packed and
+  dequantize per call.
+- Loading: ModelOpt FP8 / NVFP4, HF ``fp8`` (:mod:`.hf_fp8`) and compressed-tensors
+  (:mod:`.compressed_tensors`) checkpoints through transformers' quantizer registry
+  (:mod:`.transformers_hook`, :mod:`.hf_takeover`),
+  ``from_pretrained(path, device_map="flagos")`` unchanged.
 
 See docs/quantization.md.
 """
