@@ -5,7 +5,9 @@ under ``quant_method: "modelopt"`` through transformers' registry
     AutoModelForCausalLM.from_pretrained(path, device_map="flagos")
 
 builds the model with packed-weight layers (:mod:`.modules`) and loads the checkpoint's
-tensors into them as they are stored (FP8 stays FP8, NVFP4 stays packed).
+tensors into them as they are stored (FP8 stays FP8, NVFP4 stays packed). For the
+methods of :data:`EXTENDED`, which transformers registers itself, a subclass of
+transformers' quantizer takes its place and takes over only for loads onto flagos.
 
 Registration happens when transformers' quantizer registry is first imported (a
 post-import hook installed by the ``flagos.plugins`` entry point at ``import flagos``), so
@@ -25,6 +27,13 @@ from typing import Any
 __all__ = ["install", "register", "registered"]
 
 _REGISTRY_MODULE = "transformers.quantizers.auto"
+# quant_methods transformers registers itself, whose quantizer flagos-quant extends for
+# loads onto flagos: method -> "module:function" that takes transformers' quantizer class
+# and returns the class registered in its place (which runs transformers' own code for
+# every load not onto flagos)
+EXTENDED = {
+    "mxfp4": "flagos_quant.hf_mxfp4:flagos_quantizer",
+}
 _lock = threading.Lock()
 registered: str | None = None
 """None until registration ran; then "registered" or why it was skipped."""
@@ -39,6 +48,7 @@ def register() -> str:
             return registered
         from transformers.quantizers import auto
 
+        _extend(auto)
         if "modelopt" in auto.AUTO_QUANTIZER_MAPPING or "modelopt" in \
                 auto.AUTO_QUANTIZATION_CONFIG_MAPPING:
             registered = "skipped: this transformers registers 'modelopt' itself"
@@ -48,6 +58,19 @@ def register() -> str:
         auto.register_quantizer("modelopt")(quantizer_cls)
         registered = "registered"
         return registered
+
+
+def _extend(auto) -> None:
+    """Put flagos-quant's subclass in place of transformers' quantizer of each method of
+    :data:`EXTENDED` that this transformers has."""
+    import importlib
+
+    for method, target in EXTENDED.items():
+        base = auto.AUTO_QUANTIZER_MAPPING.get(method)
+        if base is None:
+            continue
+        module, _, fn = target.partition(":")
+        auto.AUTO_QUANTIZER_MAPPING[method] = getattr(importlib.import_module(module), fn)(base)
 
 
 def _classes() -> tuple[type, type]:
