@@ -136,10 +136,11 @@ def flagos_quantizer(base: type) -> type:
         def get_weight_conversions(self):
             return [] if self.on_flagos else super().get_weight_conversions()
 
-        def update_weight_conversions(self, weight_conversions, model):
+        def update_weight_conversions(self, weight_conversions, *args, **kwargs):
+            # (transformers 5.23 passes the model too, 5.17 does not)
             if self.on_flagos:
                 return weight_conversions
-            return super().update_weight_conversions(weight_conversions, model)
+            return super().update_weight_conversions(weight_conversions, *args, **kwargs)
 
         def get_state_dict_and_metadata(self, model):
             if self.on_flagos:  # the modules hold the checkpoint's own tensors and names
