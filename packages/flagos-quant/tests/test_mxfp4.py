@@ -160,17 +160,31 @@ def test_experts_stay_packed_on_flagos(checkpoint: Path) -> None:
 def test_logits_and_greedy_generation_against_bf16_reference(checkpoint: Path) -> None:
     """The experts compute on the reference's very bf16 weights in the same order of
     operations: logits equal the reference on CPU bit for bit where flagos runs CPU
-    kernels, else within 1% relative L2 (bf16 arithmetic in other kernels)."""
+    kernels, else within 2% relative L2 (bf16 arithmetic in other kernels: the reference
+    itself is 1.5% from its float32 run)."""
     ref_model = _load(checkpoint / "gpt-oss-mxfp4-bf16")
     model = _load(checkpoint / "gpt-oss-mxfp4", device_map="flagos")
     with torch.no_grad():
         want = ref_model(IDS).logits
         got = model(IDS.to("flagos")).logits.cpu()
         rel = ((got.float() - want.float()).norm() / want.float().norm()).item()
-        assert rel < 0.01, rel
+        assert rel < 0.02, rel
         if exact_hal():
             assert torch.equal(got, want)
             assert torch.equal(_greedy(model, IDS.to("flagos")), _greedy(ref_model, IDS))
+
+
+@pytest.mark.parametrize(("device_map", "onto_flagos"), [
+    ("flagos", True), ("flagos:0", True), (torch.device("flagos", 0), True),
+    ({"model": "cpu", "lm_head": "flagos"}, True), ("cpu", False), ({"": "cpu"}, False),
+    (None, False), ({"model": "disk", "lm_head": "cpu"}, False),
+])
+def test_which_loads_the_flagos_quantizer_takes(device_map, onto_flagos) -> None:
+    from flagos_quant.hf_mxfp4 import targets_flagos
+
+    assert targets_flagos(device_map) is onto_flagos
+    auto = torch.accelerator.current_accelerator()
+    assert targets_flagos("auto") is (auto is not None and auto.type == "flagos")
 
 
 @pytest.mark.parametrize(("change", "field"), [
@@ -207,3 +221,18 @@ def test_loads_not_onto_flagos_are_transformers_own(checkpoint: Path) -> None:
     assert deq.model.layers[0].mlp.experts.gate_up_proj.device.type == "flagos"
     with torch.no_grad():
         assert torch.equal(cpu(IDS).logits, ref_model(IDS).logits)
+
+
+def test_save_pretrained_writes_the_checkpoint_back(checkpoint: Path, tmp_path: Path) -> None:
+    """The packed modules hold the checkpoint's own tensors under its names: saving the
+    model loaded onto flagos writes every tensor of the checkpoint back as it was."""
+    from safetensors.torch import load_file
+
+    model = _load(checkpoint / "gpt-oss-mxfp4", device_map="flagos")
+    model.save_pretrained(tmp_path / "saved")
+    want = load_file(checkpoint / "gpt-oss-mxfp4" / "model.safetensors")
+    got = load_file(tmp_path / "saved" / "model.safetensors")
+    assert sorted(got) == sorted(want)
+    assert all(got[k].dtype == want[k].dtype and torch.equal(got[k], want[k]) for k in want)
+    cfg = json.loads((tmp_path / "saved" / "config.json").read_text())
+    assert cfg["quantization_config"]["quant_method"] == "mxfp4"

@@ -88,7 +88,8 @@ def replace_experts(model: torch.nn.Module, modules_to_not_convert: list[str] | 
     for name, module in list(model.named_modules()):
         if isinstance(module, GptOssExperts) and should_convert_module(name, modules_to_not_convert):
             device = module.gate_up_proj.device
-            model.set_submodule(name, Mxfp4Experts.from_config(module.config, dtype, device))
+            config = getattr(module, "config", None) or model.config.get_text_config()
+            model.set_submodule(name, Mxfp4Experts.from_config(config, dtype, device))
             replaced.append(name)
     return replaced
 
