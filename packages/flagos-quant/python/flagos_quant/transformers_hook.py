@@ -70,7 +70,13 @@ def _extend(auto) -> None:
         if base is None:
             continue
         module, _, fn = target.partition(":")
-        auto.AUTO_QUANTIZER_MAPPING[method] = getattr(importlib.import_module(module), fn)(base)
+        try:
+            auto.AUTO_QUANTIZER_MAPPING[method] = getattr(importlib.import_module(module),
+                                                          fn)(base)
+        except Exception as e:  # noqa: BLE001 - transformers' own quantizer stays
+            warnings.warn(f"flagos-quant: extending transformers' {method!r} quantizer "
+                          f"failed ({e!r}); its loads stay transformers' own",
+                          RuntimeWarning, stacklevel=2)
 
 
 def _classes() -> tuple[type, type]:
