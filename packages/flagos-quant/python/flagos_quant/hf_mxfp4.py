@@ -53,18 +53,13 @@ def parse_mxfp4(config: object) -> Mxfp4Spec:
 
 
 def targets_flagos(device_map: object) -> bool:
-    """Whether ``device_map`` (``from_pretrained``'s argument) puts any module on flagos: a
-    device, device string or index, a dict of them, or an automatic placement
-    ("auto", ...) while flagos is the current accelerator."""
+    """Whether ``device_map`` (``from_pretrained``'s argument) names flagos for some module:
+    a device, device string or index, or a dict of them. Automatic placements ("auto",
+    ...) are not: accelerate decides them after the quantizer is chosen, and today it
+    places on the CPU what it does not know the memory of."""
     values = device_map.values() if isinstance(device_map, dict) else (device_map,)
     for v in values:
-        if v is None or v == "disk":
-            continue
-        if v in _AUTO_PLACEMENTS:
-            acc = torch.accelerator.current_accelerator() if torch.accelerator.is_available() \
-                else None
-            if acc is not None and acc.type == "flagos":
-                return True
+        if v is None or v == "disk" or v in _AUTO_PLACEMENTS:
             continue
         try:
             if torch.device(v).type == "flagos":
