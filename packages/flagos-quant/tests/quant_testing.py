@@ -55,8 +55,11 @@ def load_onto_flagos_exactly(path):
     """The model at ``path`` loaded with ``device_map="flagos"``, checked to have all its
     tensors on flagos and to have grown the flagos allocator by exactly those tensors
     (each rounded to the allocator's 512-byte blocks): nothing else stays on the device."""
+    import gc
+
     import torch
 
+    gc.collect()  # models of earlier tests still waiting in reference cycles
     torch.flagos.synchronize()
     before = torch.flagos.memory_allocated()
     model = load(path, device_map="flagos")
