@@ -37,6 +37,10 @@ FLAG_GEMS_CUDA = ["flag-gems>=5.0.2,<5.1", "sqlalchemy>=2.0"]
 MODEL_ZOO = ["transformers>=5.17,<5.24", "diffusers>=0.42,<0.43",
              # from_pretrained(..., device_map="flagos") (flagos-quant's checkpoint tests)
              "accelerate>=1.0,<2"]
+# compressed-tensors: only for flagos-quant's tests that a compressed-tensors checkpoint
+# loaded anywhere but flagos still goes through transformers' own quantizer (flagos reads
+# the format without it). Needs torch>=2.10: sim only (the GPU machine has no network).
+COMPRESSED_TENSORS = "compressed-tensors>=0.19,<0.21"
 # Whole-graph offload: torch's ONNX exporter (flagos-compile[offload]) and the sim graph
 # compiler (flagos-hal[graph]). Neither depends on torch.
 OFFLOAD = ["onnx>=1.17,<1.24", "onnxscript>=0.7,<0.8"]
@@ -114,7 +118,8 @@ def tests(session: nox.Session, hw: str) -> None:
         session.install(TRITON_CPU)
     else:
         session.install("--no-deps", *FLAG_GEMS_CUDA)
-    session.install(*MODEL_ZOO, *OFFLOAD, *([] if hw == "cuda" else [TORCH_CPU]))
+    session.install(*MODEL_ZOO, *OFFLOAD,
+                    *([] if hw == "cuda" else [COMPRESSED_TENSORS, TORCH_CPU]))
     env = {"FLAGOS_TEST_HW": hw, "FLAGOS_HAL": hw, "HF_HUB_OFFLINE": "1"}
     session.run("python", "-m", "flagos_hal.conformance", "--hal", hw, env=env)
     if hw == "sim":

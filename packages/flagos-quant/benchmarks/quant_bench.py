@@ -26,6 +26,12 @@ from flagos.bench import timeit
 from flagos.bench_results import Plot, Table, write_json
 from flagos_quant import FP8Linear, quantize_fp8, quantize_linears, set_weight_only
 from flagos_quant.dequant import dequantize_fp8
+from flagos_quant.fused_linear import FP8_WEIGHT_LINEAR, NVFP4_WEIGHT_LINEAR
+
+# The weight-only linear ops routed to the twin's fused kernel (boxing: Triton on CUDA), or
+# to the formula from routed flagos ops (dequantize the whole weight, then a bf16 matmul).
+FUSED = {FP8_WEIGHT_LINEAR: "boxing", NVFP4_WEIGHT_LINEAR: "boxing"}
+UNFUSED = {FP8_WEIGHT_LINEAR: "emulation", NVFP4_WEIGHT_LINEAR: "emulation"}
 
 
 def _time_us(fn, dev: str, min_time: float) -> float:
@@ -74,12 +80,16 @@ def bench_linears(shapes, batches, min_time: float) -> list[list]:
             x = torch.randn(m, k, device="flagos", dtype=torch.bfloat16)
             t_bf16 = timed("flagos", base, x)
             cases = {"bf16": t_bf16}
-            for label, layer, wo in (("FP8 emulated, weight-only", fp8, True),
-                                     ("FP8 emulated, per-tensor activations", fp8, False),
-                                     ("NVFP4 emulated, weight-only", nv, True),
-                                     ("NVFP4 emulated, per-16 activations", nv, False)):
+            for label, layer, wo, routes in (
+                    ("FP8 weight-only, fused", fp8, True, FUSED),
+                    ("FP8 weight-only, dequantize then matmul", fp8, True, UNFUSED),
+                    ("FP8 emulated, per-tensor activations", fp8, False, {}),
+                    ("NVFP4 weight-only, fused", nv, True, FUSED),
+                    ("NVFP4 weight-only, dequantize then matmul", nv, True, UNFUSED),
+                    ("NVFP4 emulated, per-16 activations", nv, False, {})):
                 layer.weight_only = wo
-                cases[label] = timed("flagos", layer, x)
+                with flagos.routing.override(routes):
+                    cases[label] = timed("flagos", layer, x)
             if _native_fp8():
                 fp8.weight_only = False
                 with flagos.routing.override({"aten::_scaled_mm": "boxing"}):
@@ -88,6 +98,10 @@ def bench_linears(shapes, batches, min_time: float) -> list[list]:
             if _twin_is_cuda():
                 xc = x.cpu().cuda()
                 native["bf16"] = timed("cuda", F.linear, xc, base.weight.cpu().cuda())
+                fp8.weight_only = nv.weight_only = True
+                native["FP8 weight-only, fused"] = timed("cuda", fp8.to("cuda"), xc)
+                native["NVFP4 weight-only, fused"] = timed("cuda", nv.to("cuda"), xc)
+                fp8.to("flagos"), nv.to("flagos")
                 if _native_fp8():
                     native["FP8 native _scaled_mm (boxing)"] = timed(
                         "cuda", _cuda_fp8, xc, fp8.weight.cpu().cuda(),
@@ -108,12 +122,13 @@ def bench_decode(cfg: dict, steps: int, prompt: int) -> list[list]:
     config = transformers.LlamaConfig(**cfg)
     base = transformers.LlamaForCausalLM(config).to(torch.bfloat16).eval()
     ids = torch.randint(3, cfg["vocab_size"], (1, prompt))
-    variants = [("bf16", None, False), ("FP8 emulated, weight-only", "FP8", True),
+    variants = [("bf16", None, False), ("FP8 weight-only, fused", "FP8", True),
+                ("FP8 weight-only, dequantize then matmul", "FP8", True),
                 ("FP8 emulated, per-tensor activations", "FP8", False),
-                ("NVFP4 emulated, weight-only", "NVFP4", True)]
+                ("NVFP4 weight-only, fused", "NVFP4", True)]
     if _native_fp8():
         variants.append(("FP8 native _scaled_mm (boxing)", "FP8", False))
-    rows, t_bf16 = [], None
+    rows, t_bf16, g_bf16 = [], None, None
     for label, algo, wo in variants:
         model = transformers.LlamaForCausalLM(config).to(torch.bfloat16).eval()
         model.load_state_dict(base.state_dict())
@@ -124,9 +139,9 @@ def bench_decode(cfg: dict, steps: int, prompt: int) -> list[list]:
         torch.flagos.synchronize()
         weight_bytes = sum(p.untyped_storage().nbytes() for n, p in model.named_parameters()
                            if "layers." in n)
-        ctx = flagos.routing.override({"aten::_scaled_mm": "boxing"}) if "native" in label \
-            else flagos.routing.override({})
-        with ctx:
+        routes = {"aten::_scaled_mm": "boxing"} if "native" in label else \
+            UNFUSED if "dequantize" in label else FUSED if "fused" in label else {}
+        with flagos.routing.override(routes):
             out = model(ids.to("flagos"), use_cache=True)
             cache, tok = out.past_key_values, out.logits[:, -1:].argmax(-1)
             model(tok, past_key_values=cache, use_cache=True)  # warm-up step
@@ -136,13 +151,42 @@ def bench_decode(cfg: dict, steps: int, prompt: int) -> list[list]:
                 out = model(tok, past_key_values=cache, use_cache=True)
                 cache, tok = out.past_key_values, out.logits[:, -1:].argmax(-1)
             torch.flagos.synchronize()
-        ms = (time.perf_counter() - t) / steps * 1e3
+            ms = (time.perf_counter() - t) / steps * 1e3
+
+            def step(model=model):
+                nonlocal cache, tok
+                out = model(tok, past_key_values=cache, use_cache=True)
+                cache, tok = out.past_key_values, out.logits[:, -1:].argmax(-1)
+
+            gpu = _gpu_us_per_call(step, steps)
         t_bf16 = t_bf16 or ms
+        g_bf16 = g_bf16 or gpu
         shape = (f"Llama {cfg['num_hidden_layers']}x{cfg['hidden_size']}, "
                  f"decoder weights {weight_bytes / 2**20:.0f} MiB")
-        rows.append(["decode step", shape, label,
-                     round(ms * 1e3, 1), round(ms / t_bf16, 3)])
+        rows.append(["decode step", shape, label, round(ms * 1e3, 1), round(ms / t_bf16, 3),
+                     "-" if gpu is None else round(gpu, 1),
+                     "-" if gpu is None or not g_bf16 else round(gpu / g_bf16, 3)])
     return rows
+
+
+def _gpu_us_per_call(fn, calls: int) -> float | None:
+    """Microseconds of GPU kernel time per call (the sum of the kernels' own durations from
+    torch.profiler's CUDA activity): what a step costs the GPU, without the host's launch
+    gaps. None without a CUDA twin or when the profiler cannot trace it."""
+    if not _twin_is_cuda():
+        return None
+    from torch.profiler import ProfilerActivity, profile
+
+    try:
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                fn()
+            torch.flagos.synchronize()
+        total = sum(e.self_device_time_total for e in prof.key_averages())
+    except Exception as e:  # noqa: BLE001 - report the column as missing, keep the run
+        print(f"  (GPU kernel time not measured: {type(e).__name__}: {e})")
+        return None
+    return total / calls if total else None
 
 
 @torch.no_grad()
@@ -166,9 +210,13 @@ def accuracy(m: int, k: int, n: int) -> list[list]:
 
 
 NOTES = [
-    ("emulated = the whole weight dequantized at each call, then a bf16 matmul "
-     "(aten::_scaled_mm routed to flagos-quant's emulation provider); weight-only: bf16 "
-     "activations; per-tensor / per-16 activations: the format's activation quantization"),
+    ("weight-only, fused = bf16 activations times the packed weight in one op "
+     "(flagos_quant::fp8_weight_linear / nvfp4_weight_linear through boxing: a Triton kernel "
+     "that reads the packed weight and dequantizes in registers); weight-only, dequantize "
+     "then matmul = the same op routed to emulation: the whole weight dequantized at each "
+     "call by routed ops, then a bf16 matmul"),
+    ("per-tensor / per-16 activations = the format's activation quantization, then "
+     "aten::_scaled_mm routed to flagos-quant's emulation provider"),
     "FP8 native _scaled_mm (boxing) = the same op routed to the CUDA twin's FP8 kernel",
 ]
 
@@ -177,19 +225,21 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small shapes (sim smoke test)")
     ap.add_argument("--json", type=Path, help="also write the results as JSON here")
+    ap.add_argument("--min-time", type=float, default=0.3,
+                    help="seconds of calls per linear-layer timing (default 0.3)")
     args = ap.parse_args()
     gpu = _twin_is_cuda()
     quick = args.quick or not gpu
     shapes = [(1024, 1024)] if quick else [(4096, 4096), (14336, 4096), (4096, 14336)]
-    min_time = 0.05 if quick else 0.3
-    cfg = {"vocab_size": 32000, "hidden_size": 2048, "intermediate_size": 5632,
-           "num_hidden_layers": 4, "num_attention_heads": 16, "num_key_value_heads": 4,
+    min_time = 0.05 if quick else args.min_time
+    # two decoder layers of Llama-3-8B's shapes: at batch 1 their GPU time is the weights'
+    # bytes (memory-bound), while eager decoding stays bound by the host's launches
+    cfg = {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336,
+           "num_hidden_layers": 2, "num_attention_heads": 32, "num_key_value_heads": 8,
            "max_position_embeddings": 512}
     if quick:
         cfg.update(hidden_size=256, intermediate_size=512, num_hidden_layers=2,
                    num_attention_heads=4, num_key_value_heads=2, vocab_size=1024)
-    bar = Plot("bar", x="case", y=["vs flagos bf16"], ylabel="time / bf16 on flagos",
-               reference=1.0)
     linear = Table("quant-linear", "FP8 / NVFP4 linear layers on flagos vs bf16 and native",
                    ["shape", "case", "flagos us", "vs flagos bf16", "native cuda us",
                     "vs native cuda"], notes=[*NOTES, ("native cuda = the same computation "
@@ -198,9 +248,16 @@ def main() -> None:
         linear.add(*row[1:])
     decode = Table("quant-decode", "Llama decode step (batch 1, KV cache) with FP8 / NVFP4 "
                    "weights vs bf16", ["model", "case", "flagos us per token",
-                                       "vs flagos bf16"], notes=NOTES, plot=bar)
+                                       "vs flagos bf16", "GPU kernel us per token",
+                                       "GPU time vs bf16"],
+                   notes=[*NOTES, ("GPU kernel us = the kernels' own durations per token "
+                                   "(torch.profiler, CUDA activity): the memory-bound cost; "
+                                   "us per token = wall time, bound by the host's launches "
+                                   "in eager decoding")],
+                   plot=Plot("bar", x="case", y=["vs flagos bf16", "GPU time vs bf16"],
+                             ylabel="time / bf16 on flagos", reference=1.0))
     for row in bench_decode(cfg, steps=4 if quick else 32, prompt=16 if quick else 64):
-        decode.add(*row[1:5])
+        decode.add(*row[1:])
     acc = Table("quant-accuracy", "FP8 _scaled_mm, emulated and native, vs float64 of the "
                 "same FP8 operands", ["shape", "case", "relative L2 error"], notes=NOTES)
     for row in accuracy(16, 1024 if quick else 4096, 1024 if quick else 4096):

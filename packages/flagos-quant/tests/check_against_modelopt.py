@@ -25,10 +25,6 @@ import make_checkpoints as mc
 import torch
 
 
-def _bytes(t: torch.Tensor) -> torch.Tensor:
-    return t.contiguous().reshape(-1).view(torch.uint8)
-
-
 def _configs(d: Path) -> tuple[dict, dict]:
     qc = json.loads((d / "config.json").read_text())["quantization_config"]
     hf = json.loads((d / "hf_quant_config.json").read_text())
@@ -40,11 +36,10 @@ def _configs(d: Path) -> tuple[dict, dict]:
 def main(out: Path) -> int:
     import modelopt.torch.quantization as mtq
     from modelopt.torch.export import export_hf_checkpoint
-    from safetensors.torch import load_file
 
     recipes = {"modelopt-fp8": mtq.FP8_DEFAULT_CFG, "modelopt-nvfp4": mtq.NVFP4_DEFAULT_CFG}
     failures = 0
-    for fmt in mc.FORMATS:
+    for fmt in mc.MODELOPT_FORMATS:
         mc.write(out, fmt)
         model = mc.base_model()
         calib = torch.randint(3, mc.VOCAB, (4, 32), generator=torch.Generator().manual_seed(1))
@@ -56,17 +51,9 @@ def main(out: Path) -> int:
         theirs_dir = out / f"{fmt}-modelopt"
         with torch.inference_mode():
             export_hf_checkpoint(model, export_dir=str(theirs_dir))
-        mine = load_file(str(out / fmt / "model.safetensors"))
-        theirs = load_file(str(theirs_dir / "model.safetensors"))
-        bad = sorted(set(mine) ^ set(theirs))
-        for k in sorted(set(mine) & set(theirs)):
-            a, b = mine[k], theirs[k]
-            if (a.dtype, a.shape) != (b.dtype, b.shape) or not torch.equal(_bytes(a), _bytes(b)):
-                bad.append(k)
+        count, bad = mc.differing_tensors(out / fmt, theirs_dir)
         same_config = _configs(out / fmt) == _configs(theirs_dir)
-        print(f"{fmt}: {len(mine)} tensors, {len(bad)} differ{': ' + ', '.join(bad[:8]) if bad else ''}; "
-              f"quantization configs {'equal' if same_config else 'DIFFER'} (producer aside)")
-        failures += len(bad) + (not same_config)
+        failures += mc.report(fmt, count, bad, same_config, "producer")
     return 1 if failures else 0
 
 

@@ -3,6 +3,13 @@ by make_checkpoints.py, the script that regenerates them) and routing statistics
 
 from __future__ import annotations
 
+import os
+
+if os.environ.get("FLAGOS_TEST_HW", "sim") == "sim":
+    # the Triton kernels of the packed linear ops run under Triton's interpreter on CPU
+    # tensors here (read when Triton is imported, so before anything imports it)
+    os.environ["TRITON_INTERPRET"] = "1"
+
 import sys
 from collections.abc import Iterator
 from pathlib import Path

@@ -4,25 +4,27 @@ dequantized bf16 reference beside it:
     python packages/flagos-quant/tests/make_checkpoints.py OUT_DIR
 
 OUT_DIR/<format>/ holds config.json (with ``quantization_config``), hf_quant_config.json
-(ModelOpt's nested form of the same config) and model.safetensors; OUT_DIR/<format>-bf16/
+(ModelOpt's nested form of the same config, ModelOpt formats only) and model.safetensors; OUT_DIR/<format>-bf16/
 the same model with every quantized weight dequantized to bf16 (what the quantized one is
 compared against). The model: a 2-layer Llama (hidden 64, MLP 128, 4 heads, 2 KV heads,
 vocabulary 256) with seeded random weights; static input scales are calibrated on seeded
 random tokens, as ModelOpt's calibration does (amax of each layer's input over the
-calibration batch). Deterministic: the same files on every run.
+calibration batch). Deterministic: the same files on every run. The HF ``fp8`` and
+compressed-tensors formats are written by make_hf_checkpoints.py (see there).
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
+import make_hf_checkpoints
 import torch
 from flagos_quant.dequant import dequantize_fp4, dequantize_fp8
 from flagos_quant.quantize import E4M3_MAX, quantize_nvfp4
 
-FORMATS = ("modelopt-fp8", "modelopt-nvfp4")
+MODELOPT_FORMATS = ("modelopt-fp8", "modelopt-nvfp4")
+FORMATS = MODELOPT_FORMATS + make_hf_checkpoints.FORMATS
 VOCAB = 256
 CONFIG = {"vocab_size": VOCAB, "hidden_size": 64, "intermediate_size": 128,
           "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
@@ -32,13 +34,14 @@ IGNORE = ["lm_head", "model.embed_tokens"]
 PRODUCER = {"name": "flagos-quant tests/make_checkpoints.py", "version": "1"}
 
 
-def base_model():
+def base_model(**sizes):
     """The seeded bf16 model (random weights, larger than the default init so that its
-    next-token distributions are not flat)."""
+    next-token distributions are not flat); ``sizes`` override CONFIG's."""
     import transformers
 
     torch.manual_seed(0)
-    cfg = transformers.LlamaConfig(**CONFIG, initializer_range=0.2, dtype="bfloat16",
+    cfg = transformers.LlamaConfig(**{**CONFIG, **sizes}, initializer_range=0.2,
+                                   dtype="bfloat16",
                                    architectures=["LlamaForCausalLM"])
     model = transformers.LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
     return model
@@ -112,8 +115,9 @@ def quant_config(algo: str) -> tuple[dict, dict]:
 
 def write(out: Path, fmt: str) -> None:
     """Write OUT/<fmt>/ and OUT/<fmt>-bf16/."""
-    from safetensors.torch import save_file
-
+    if fmt in make_hf_checkpoints.FORMATS:
+        make_hf_checkpoints.write(out, fmt, base_model, calibration_amax, _fused_group)
+        return
     algo = {"modelopt-fp8": "FP8", "modelopt-nvfp4": "NVFP4"}[fmt]
     model = base_model()
     amax = calibration_amax(model)
@@ -137,16 +141,34 @@ def write(out: Path, fmt: str) -> None:
             quantized[name] = p.contiguous()
             reference[name] = p.contiguous()
     flat, nested = quant_config(algo)
-    cfg = model.config.to_dict()
-    for d, tensors, qc in ((out / fmt, quantized, flat), (out / f"{fmt}-bf16", reference, None)):
-        d.mkdir(parents=True, exist_ok=True)
-        c = dict(cfg)
-        c.pop("quantization_config", None)
-        if qc is not None:
-            c["quantization_config"] = qc
-            (d / "hf_quant_config.json").write_text(json.dumps(nested, indent=2) + "\n")
-        (d / "config.json").write_text(json.dumps(c, indent=2, sort_keys=True) + "\n")
-        save_file(tensors, str(d / "model.safetensors"), metadata={"format": "pt"})
+    make_hf_checkpoints.save_pair(out, fmt, model.config.to_dict(), quantized, reference, flat,
+                                  {"hf_quant_config.json": nested})
+
+
+def differing_tensors(mine_dir: Path, theirs_dir: Path) -> tuple[int, list[str]]:
+    """How many tensors ``mine_dir``'s model.safetensors holds, and the names of those
+    that differ from ``theirs_dir``'s in presence, dtype, shape or bytes (the checks
+    against the formats' own tools)."""
+    from safetensors.torch import load_file
+
+    def raw(t: torch.Tensor) -> torch.Tensor:
+        return t.contiguous().reshape(-1).view(torch.uint8)
+
+    mine = load_file(str(mine_dir / "model.safetensors"))
+    theirs = load_file(str(theirs_dir / "model.safetensors"))
+    bad = sorted(set(mine) ^ set(theirs))
+    for k in sorted(set(mine) & set(theirs)):
+        a, b = mine[k], theirs[k]
+        if (a.dtype, a.shape) != (b.dtype, b.shape) or not torch.equal(raw(a), raw(b)):
+            bad.append(k)
+    return len(mine), bad
+
+
+def report(fmt: str, count: int, bad: list[str], same_config: bool, aside: str) -> int:
+    """Print a check's result line; returns the number of failures."""
+    print(f"{fmt}: {count} tensors, {len(bad)} differ{': ' + ', '.join(bad[:8]) if bad else ''}; "
+          f"quantization configs {'equal' if same_config else 'DIFFER'} ({aside} aside)")
+    return len(bad) + (not same_config)
 
 
 def main(argv: list[str]) -> int:

@@ -29,3 +29,44 @@ def assert_matches_cpu(got, want) -> None:
     else:
         err = (got.float() - want.float()).abs().max().item()
         assert err <= 1e-2 * want.float().abs().max().item(), err
+
+
+def load(path, **kw):
+    """``AutoModelForCausalLM.from_pretrained(path, **kw)`` in eval mode."""
+    import transformers
+
+    return transformers.AutoModelForCausalLM.from_pretrained(str(path), **kw).eval()
+
+
+def rel_l2(a, b) -> float:
+    """Relative L2 error of ``a`` against ``b``."""
+    return ((a.float() - b.float()).norm() / b.float().norm()).item()
+
+
+def greedy(model, ids):
+    """8 greedily generated tokens after ``ids``, on CPU."""
+    import torch
+
+    return model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=8,
+                          do_sample=False)[:, ids.shape[1]:].cpu()
+
+
+def load_onto_flagos_exactly(path):
+    """The model at ``path`` loaded with ``device_map="flagos"``, checked to have all its
+    tensors on flagos and to have grown the flagos allocator by exactly those tensors
+    (each rounded to the allocator's 512-byte blocks): nothing else stays on the device."""
+    import gc
+
+    import torch
+
+    gc.collect()  # models of earlier tests still waiting in reference cycles
+    torch.flagos.synchronize()
+    before = torch.flagos.memory_allocated()
+    model = load(path, device_map="flagos")
+    torch.flagos.synchronize()
+    loaded = torch.flagos.memory_allocated() - before
+    tensors = {id(t): t for t in [*model.parameters(), *model.buffers()]}.values()
+    assert all(t.device.type == "flagos" for t in tensors)
+    own = sum(-(-t.untyped_storage().nbytes() // 512) * 512 for t in tensors)
+    assert loaded == own, f"the load took {loaded} bytes, its tensors {own}"
+    return model

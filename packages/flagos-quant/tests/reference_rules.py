@@ -85,14 +85,30 @@ def fp4_block(packed: torch.Tensor, scale: torch.Tensor, block: int,
               global_scale: float | None) -> torch.Tensor:
     """value[i][j] = round_f32(e2m1(nibble j of row i) * scale[i][j // block] * global):
     the exact product (at most 30 significant bits, exact in float64) rounded once."""
-    raw = packed.view(torch.uint8).tolist()
     s = decode(scale)
-    rows, half = packed.shape
-    out = torch.empty(rows, half * 2, dtype=torch.float32)
-    for i in range(rows):
-        for j in range(half * 2):
-            byte = raw[i][j // 2]
-            nib = byte & 0xF if j % 2 == 0 else byte >> 4
-            v = e2m1(nib) * s[i][j // block]
+    elems = _e2m1_rows(packed)
+    out = torch.empty(len(elems), len(elems[0]), dtype=torch.float32)
+    for i, row in enumerate(elems):
+        for j, e in enumerate(row):
+            v = e * s[i][j // block]
             out[i, j] = round_f32(v * global_scale if global_scale is not None else v)
+    return out
+
+
+def _e2m1_rows(packed: torch.Tensor) -> list[list[float]]:
+    """The E2M1 values of packed [rows, cols/2] bytes, low nibble first."""
+    return [[e2m1(b >> 4 * k & 0xF) for b in row for k in (0, 1)]
+            for row in packed.view(torch.uint8).tolist()]
+
+
+def fp4_over_global(packed: torch.Tensor, scale: torch.Tensor, block: int,
+                    global_divisor: float) -> torch.Tensor:
+    """compressed-tensors' NVFP4 rule: value[i][j] = round_f32(e2m1(nibble j of row i) *
+    round_f32(scale[i][j // block] / global_divisor))."""
+    s = decode(scale)
+    elems = _e2m1_rows(packed)
+    out = torch.empty(len(elems), len(elems[0]), dtype=torch.float32)
+    for i, row in enumerate(elems):
+        for j, e in enumerate(row):
+            out[i, j] = round_f32(e * round_f32(s[i][j // block] / global_divisor))
     return out

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from flagos_quant import FP8Linear, NVFP4Linear, QuantConfigError, set_weight_only
-from quant_testing import calls, exact_hal
+from quant_testing import calls, exact_hal, greedy, load, load_onto_flagos_exactly, rel_l2
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("accelerate")  # device_map= needs it
@@ -20,36 +20,17 @@ FORMATS = {"modelopt-fp8": (FP8Linear, 1.0), "modelopt-nvfp4": (NVFP4Linear, 0.5
 IDS = torch.randint(3, 256, (2, 12), generator=torch.Generator().manual_seed(5))
 
 
-def _load(path: Path, **kw):
-    return transformers.AutoModelForCausalLM.from_pretrained(str(path), **kw).eval()
 
-
-def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    """Relative L2 error of ``a`` against ``b``."""
-    return ((a.float() - b.float()).norm() / b.float().norm()).item()
-
-
-def _greedy(model, ids: torch.Tensor) -> torch.Tensor:
-    return model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=8,
-                          do_sample=False)[:, ids.shape[1]:].cpu()
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_weights_stay_packed_on_flagos(checkpoints: Path, fmt: str, stats) -> None:
     layer_type, bytes_per_weight = FORMATS[fmt]
-    torch.flagos.synchronize()
-    before = torch.flagos.memory_allocated()
-    model = _load(checkpoints / fmt, device_map="flagos")
-    torch.flagos.synchronize()
-    loaded = torch.flagos.memory_allocated() - before
+    # every byte the load takes on the device is the checkpoint's own tensors, as stored
+    model = load_onto_flagos_exactly(checkpoints / fmt)
     layers = [m for m in model.modules() if isinstance(m, layer_type)]
     assert len(layers) == 14  # 7 per decoder layer; lm_head is in "ignore"
     assert type(model.lm_head) is torch.nn.Linear
-    tensors = {id(t): t for t in [*model.parameters(), *model.buffers()]}.values()
-    assert all(t.device.type == "flagos" for t in tensors)
-    # every byte on the device is the checkpoint's own tensors, as stored (the allocator
-    # rounds each block to 512 bytes)
-    assert loaded == sum(-(-t.untyped_storage().nbytes() // 512) * 512 for t in tensors)
     for m in layers:
         stored = sum(t.untyped_storage().nbytes() for n, t in m.named_parameters()
                      if n.startswith("weight"))
@@ -69,15 +50,15 @@ def test_logits_against_dequantized_bf16_reference(checkpoints: Path, fmt: str) 
     relative L2 (bf16 arithmetic: the reference itself is 1.5% from its float32 run). The
     format's own activation quantization (FP8 per tensor, NVFP4 per 16) adds its error:
     within 20% (FP8) and 50% (NVFP4) on this random model; dropping a scale gives ~100%."""
-    ref = _load(checkpoints / f"{fmt}-bf16")
-    model = _load(checkpoints / fmt, device_map="flagos")
+    ref = load(checkpoints / f"{fmt}-bf16")
+    model = load(checkpoints / fmt, device_map="flagos")
     with torch.no_grad():
         want = ref(IDS).logits
         scheme = model(IDS.to("flagos")).logits.cpu()
         set_weight_only(model)
         weight_only = model(IDS.to("flagos")).logits.cpu()
-    assert _rel(weight_only, want) < 0.02
-    assert _rel(scheme, want) < (0.2 if fmt == "modelopt-fp8" else 0.5)
+    assert rel_l2(weight_only, want) < 0.02
+    assert rel_l2(scheme, want) < (0.2 if fmt == "modelopt-fp8" else 0.5)
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -88,15 +69,15 @@ def test_greedy_generation_equal(checkpoints: Path, fmt: str) -> None:
     if not exact_hal():
         pytest.skip("token-for-token equality with CPU holds where flagos runs CPU kernels")
     kw = {"dtype": torch.float32}
-    cpu = _load(checkpoints / fmt, **kw)
-    model = _load(checkpoints / fmt, device_map="flagos", **kw)
+    cpu = load(checkpoints / fmt, **kw)
+    model = load(checkpoints / fmt, device_map="flagos", **kw)
     ids = IDS.to("flagos")
     with torch.no_grad():
         assert torch.equal(model(ids).logits.cpu(), cpu(IDS).logits)
-        assert torch.equal(_greedy(model, ids), _greedy(cpu, IDS))
+        assert torch.equal(greedy(model, ids), greedy(cpu, IDS))
         set_weight_only(model)
-        ref = _load(checkpoints / f"{fmt}-bf16", **kw)
-        assert torch.equal(_greedy(model, ids), _greedy(ref, IDS))
+        ref = load(checkpoints / f"{fmt}-bf16", **kw)
+        assert torch.equal(greedy(model, ids), greedy(ref, IDS))
 
 
 @pytest.mark.parametrize(("change", "field"), [
@@ -115,5 +96,5 @@ def test_bad_config_names_the_field(checkpoints: Path, tmp_path: Path, change, f
         del cfg["quantization_config"]["quant_algo"]
     (bad / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(QuantConfigError, match=f"^{field}: ") as e:
-        _load(bad, device_map="flagos")
+        load(bad, device_map="flagos")
     assert e.value.field == field.removeprefix("quantization_config.")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Protocol
+
 import torch
 from torch import nn
 
@@ -20,11 +23,21 @@ def _new_layer(spec: QuantSpec, old: nn.Linear, dtype: torch.dtype) -> QuantLine
     raise ValueError(f"no layer for quantization algorithm {spec.algo!r}")
 
 
-def replace_linears(model: nn.Module, spec: QuantSpec,
-                    dtype: torch.dtype | None = None) -> list[str]:
+class ConvertsNames(Protocol):
+    """Says which linear layers (by module name) a checkpoint stores quantized."""
+
+    def converts(self, module_name: str) -> bool: ...
+
+
+def replace_linears(model: nn.Module, spec: QuantSpec | ConvertsNames,
+                    dtype: torch.dtype | None = None,
+                    new_layer: Callable[[str, nn.Linear, torch.dtype], nn.Module] | None = None
+                    ) -> list[str]:
     """Replace every ``nn.Linear`` of ``model`` that ``spec`` stores quantized by the
     matching packed-weight layer (new tensors, on the old weight's device: the meta device
-    while transformers builds a model); returns the names of the replaced layers."""
+    while transformers builds a model); returns the names of the replaced layers.
+    ``new_layer(name, old, dtype)`` makes the layer (default: the ModelOpt layer ``spec.algo``
+    names)."""
     replaced = []
     for name, module in list(model.named_modules()):
         for child_name, child in list(module.named_children()):
@@ -32,7 +45,9 @@ def replace_linears(model: nn.Module, spec: QuantSpec,
             if type(child) is nn.Linear and spec.converts(full):
                 layer_dtype = dtype or (child.weight.dtype if child.weight.is_floating_point()
                                         else torch.bfloat16)
-                setattr(module, child_name, _new_layer(spec, child, layer_dtype))
+                layer = new_layer(full, child, layer_dtype) if new_layer is not None \
+                    else _new_layer(spec, child, layer_dtype)
+                setattr(module, child_name, layer)
                 replaced.append(full)
     return replaced
 

@@ -13,7 +13,7 @@ import torch
 from .fp4 import unpack_fp4
 from .scales import expand_block_scale
 
-__all__ = ["FP8_DTYPES", "dequantize_fp4", "dequantize_fp8"]
+__all__ = ["FP8_DTYPES", "dequantize_fp4", "dequantize_fp4_over_global", "dequantize_fp8"]
 
 FP8_DTYPES = frozenset({torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz,
                         torch.float8_e5m2fnuz})
@@ -52,3 +52,20 @@ def dequantize_fp4(packed: torch.Tensor, scale: torch.Tensor, block_size: int,
                              f"{tuple(global_scale.shape)}")
         out = out * global_scale.float().reshape(())
     return out
+
+
+def dequantize_fp4_over_global(packed: torch.Tensor, scale: torch.Tensor, block_size: int,
+                               global_scale: torch.Tensor) -> torch.Tensor:
+    """compressed-tensors' NVFP4 rule: E2M1 ``packed`` [rows, cols/2] times
+    ``scale / global_scale`` (its ``weight_global_scale`` divides, the reciprocal of
+    ModelOpt's ``weight_scale_2``): the quotient rounded to float32 per block, then the
+    product rounded once to float32, as compressed-tensors computes it. [rows, cols]
+    float32."""
+    if packed.dim() != 2:
+        raise ValueError(f"packed FP4 data must be 2-D, got shape {tuple(packed.shape)}")
+    if global_scale.numel() != 1:
+        raise ValueError("the FP4 global scale has one element, got shape "
+                         f"{tuple(global_scale.shape)}")
+    values = unpack_fp4(packed)
+    step = scale.float() / global_scale.float().reshape(())
+    return values * expand_block_scale(step, tuple(values.shape), (1, block_size))

@@ -39,16 +39,21 @@ def unpack_fp4(packed: torch.Tensor, dtype: torch.dtype = torch.float32) -> torc
     return table[codes]
 
 
-def round_to_e2m1(x: torch.Tensor) -> torch.Tensor:
+def round_to_e2m1(x: torch.Tensor, ties: str = "even") -> torch.Tensor:
     """The nibble codes (uint8, 0-15) of ``x`` rounded to the nearest E2M1 value (ties to
-    even; magnitudes beyond 6 saturate to 6, as FP4 has no infinity; negative values that
-    round to zero give -0)."""
+    even, or with ``ties="away"`` away from zero as the MXFP4 quantizer of OpenAI's
+    triton_kernels rounds; magnitudes beyond 6 saturate to 6, as FP4 has no infinity;
+    negative values that round to zero give -0)."""
+    if ties not in ("even", "away"):
+        raise ValueError(f"ties must be 'even' or 'away', got {ties!r}")
     mag = x.abs().float()
     mids = torch.tensor(_MIDPOINTS, dtype=torch.float32, device=x.device)
-    code = torch.bucketize(mag, mids)  # a magnitude equal to a midpoint goes down
-    up = torch.tensor(_TIE_GOES_UP, device=x.device)
-    on_mid = torch.isin(mag, mids)
-    code = code + (on_mid & up[code.clamp(max=len(_MIDPOINTS) - 1)]).long()
+    # right=False: a magnitude equal to a midpoint goes down; right=True: up
+    code = torch.bucketize(mag, mids, right=ties == "away")
+    if ties == "even":
+        up = torch.tensor(_TIE_GOES_UP, device=x.device)
+        on_mid = torch.isin(mag, mids)
+        code = code + (on_mid & up[code.clamp(max=len(_MIDPOINTS) - 1)]).long()
     # a negative value keeps its sign even where it rounds to zero (-0, code 8), as
     # ModelOpt's exporter writes it; -0.0 itself encodes as +0
     sign = (x < 0).long() << 3

@@ -5,7 +5,9 @@ Each layer holds the tensors of its checkpoint format under the format's names, 
 checkpoint's state dict loads into it as it is. ``forward`` follows the format's own
 activation scheme (``weight_only=False``: activations quantized as the format says, then a
 scaled matmul) or, with ``weight_only=True``, multiplies full-precision activations by the
-dequantized weight (the accuracy of the weights alone; one op fewer per call).
+dequantized weight (the accuracy of the weights alone) in one op,
+``flagos_quant::fp8_weight_linear`` / ``nvfp4_weight_linear`` (:mod:`.fused_linear`),
+which a device with a fused kernel (Triton on CUDA) runs reading the packed weight once.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .dequant import dequantize_fp4, dequantize_fp8
+from .fused_linear import fp8_weight_linear, nvfp4_weight_linear
 from .ops import scaled_mm, scaled_mm_nvfp4
 from .quantize import quantize_fp8, quantize_fp8_blocks, quantize_nvfp4
 
@@ -45,11 +48,14 @@ class QuantLinear(nn.Module):
     def _quantized_forward(self, x: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
         raise NotImplementedError
 
+    def _weight_only_forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.dequantized_weight(x.dtype), self.bias)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)
         if self.weight_only:
-            out = F.linear(x2, self.dequantized_weight(x.dtype), self.bias)
+            out = self._weight_only_forward(x2)
         else:
             out = self._quantized_forward(x2, x.dtype)
         return out.reshape(*lead, self.out_features)
@@ -77,6 +83,9 @@ class FP8Linear(QuantLinear):
     def dequantized_weight(self, dtype: torch.dtype) -> torch.Tensor:
         return dequantize_fp8(self.weight, self.weight_scale).to(dtype)
 
+    def _weight_only_forward(self, x: torch.Tensor) -> torch.Tensor:
+        return fp8_weight_linear(x, self.weight, self.weight_scale, None, self.bias)
+
     def _quantized_forward(self, x: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
         xq, xs = quantize_fp8(x, self.input_scale)
         return scaled_mm(xq, self.weight.t(), xs, self.weight_scale, self.bias, out_dtype)
@@ -98,6 +107,9 @@ class FP8BlockLinear(QuantLinear):
 
     def dequantized_weight(self, dtype: torch.dtype) -> torch.Tensor:
         return dequantize_fp8(self.weight, self.weight_scale_inv, self.block).to(dtype)
+
+    def _weight_only_forward(self, x: torch.Tensor) -> torch.Tensor:
+        return fp8_weight_linear(x, self.weight, self.weight_scale_inv, self.block, self.bias)
 
     def _quantized_forward(self, x: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
         if self.block != (128, 128):
@@ -132,6 +144,12 @@ class NVFP4Linear(QuantLinear):
     def dequantized_weight(self, dtype: torch.dtype) -> torch.Tensor:
         return dequantize_fp4(self.weight, self.weight_scale, self.block_size,
                               self.weight_scale_2).to(dtype)
+
+    def _weight_only_forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.block_size != 16:
+            return super()._weight_only_forward(x)
+        return nvfp4_weight_linear(x, self.weight, self.weight_scale, self.weight_scale_2,
+                                   self.bias)
 
     def _quantized_forward(self, x: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
         xq, xs, xg = quantize_nvfp4(x, self.input_scale, self.block_size)

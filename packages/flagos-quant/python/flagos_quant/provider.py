@@ -1,5 +1,7 @@
 """The op provider ``emulation``: scaled matmuls on flagos computed by dequantize-then-
-matmul (:mod:`.scaled_mm`), for chips without FP8/FP4 matrix units.
+matmul (:mod:`.scaled_mm`), for chips without FP8/FP4 matrix units, and the weight-only
+packed linear ops (:mod:`.fused_linear`) by their reference formula where no kernel of
+the twin device serves them (opaque memory).
 
 The shipped routes send ``aten::_scaled_mm`` and ``aten::_scaled_mm_v2`` to it first on
 every HAL; a chip with such units routes them to its own kernels instead, e.g.
@@ -13,18 +15,26 @@ from __future__ import annotations
 import torch
 from flagos.routing import Provider
 
+from .fused_linear import (
+    FP8_WEIGHT_LINEAR,
+    NVFP4_WEIGHT_LINEAR,
+    fp8_weight_linear_reference,
+    nvfp4_weight_linear_reference,
+)
 from .scaled_mm import emulated_scaled_mm, emulated_scaled_mm_v2
 
 __all__ = ["EmulationProvider", "provider"]
 
-_FUNCTIONS = {"aten::_scaled_mm": emulated_scaled_mm,
+_SCALED_MM = {"aten::_scaled_mm": emulated_scaled_mm,
               "aten::_scaled_mm_v2": emulated_scaled_mm_v2}
-SERVED = frozenset(_FUNCTIONS) | {f"{op}.out" for op in _FUNCTIONS}
+_FUNCTIONS = {**_SCALED_MM, FP8_WEIGHT_LINEAR: fp8_weight_linear_reference,
+              NVFP4_WEIGHT_LINEAR: nvfp4_weight_linear_reference}
+SERVED = frozenset(_FUNCTIONS) | {f"{op}.out" for op in _SCALED_MM}
 
 
 class EmulationProvider(Provider):
     """Serves ``aten::_scaled_mm`` and ``aten::_scaled_mm_v2`` (functional and ``out=``)
-    on every HAL."""
+    and the packed linear ops on every HAL."""
 
     name = "emulation"
 

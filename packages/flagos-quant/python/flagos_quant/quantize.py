@@ -4,7 +4,10 @@ use for activations, and what checkpoint writers use for weights).
 Rules (ModelOpt's, which compressed-tensors and the HF ``fp8`` format share):
 FP8 E4M3: ``q = saturate(x / scale)`` with ``scale = amax / 448`` (per tensor or per block);
 NVFP4: global ``g = amax / (6 * 448)``, per-16 block scale ``s = e4m3(amax_block / 6 / g)``,
-``q = e2m1(x / (s * g))``.
+``q = e2m1(x / (s * g))``;
+MXFP4 (OpenAI's triton_kernels ``downcast_to_mxfp_torch``, the rule transformers quantizes
+gpt-oss experts with): per-32 E8M0 scale ``s = 2^ceil(log2(amax_block / 6))``,
+``q = e2m1(x / s)`` rounded to nearest, ties away from zero.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import torch
 from .fp4 import E2M1_MAX, pack_fp4, round_to_e2m1
 from .scales import expand_block_scale
 
-__all__ = ["E4M3_MAX", "quantize_fp8", "quantize_fp8_blocks", "quantize_nvfp4"]
+__all__ = ["E4M3_MAX", "quantize_fp8", "quantize_fp8_blocks", "quantize_mxfp4", "quantize_nvfp4"]
 
 E4M3_MAX = 448.0
 
@@ -74,3 +77,22 @@ def quantize_nvfp4(x: torch.Tensor, global_scale: torch.Tensor | None = None,
     step = _safe(block_scale.float() * g).unsqueeze(-1)
     codes = round_to_e2m1(blocks / step).view(rows, cols)
     return pack_fp4(codes), block_scale, g
+
+
+def quantize_mxfp4(x: torch.Tensor, block_size: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x`` [..., K] (K a multiple of ``block_size``) to MXFP4 along its last dimension:
+    returns ``(packed, scale)``: uint8 [..., K/2] and float8_e8m0fnu [..., K/block_size];
+    ``x ~= e2m1(packed) * scale``. The scale is the block's ``amax / 6`` rounded up to a
+    power of two (so no element saturates), as OpenAI's triton_kernels computes it."""
+    cols = x.shape[-1]
+    if cols % block_size:
+        raise ValueError(f"MXFP4 needs the last dimension to be a multiple of {block_size}, "
+                         f"got {cols}")
+    blocks = x.float().contiguous().reshape(*x.shape[:-1], cols // block_size, block_size)
+    amax = blocks.abs().amax(dim=-1)
+    # round amax / 6 up to a power of two on its bits: exponent + 1 unless the mantissa is 0
+    bits = ((amax / E2M1_MAX).view(torch.int32) + 0x007FFFFF) & 0x7F800000
+    scale = bits.view(torch.float32)
+    codes = round_to_e2m1(blocks / _safe(scale).unsqueeze(-1), ties="away")
+    byte = (bits >> 23).to(torch.uint8).view(torch.float8_e8m0fnu)
+    return pack_fp4(codes.reshape(x.shape)), byte

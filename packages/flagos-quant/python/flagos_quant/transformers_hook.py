@@ -5,7 +5,13 @@ under ``quant_method: "modelopt"`` through transformers' registry
     AutoModelForCausalLM.from_pretrained(path, device_map="flagos")
 
 builds the model with packed-weight layers (:mod:`.modules`) and loads the checkpoint's
-tensors into them as they are stored (FP8 stays FP8, NVFP4 stays packed).
+tensors into them as they are stored (FP8 stays FP8, NVFP4 stays packed). For the
+methods of :data:`EXTENDED`, which transformers registers itself, a subclass of
+transformers' quantizer takes its place and takes over only for loads onto flagos.
+
+Formats transformers serves itself (``fp8``, ``compressed-tensors``) are taken over for
+loads onto flagos only (:mod:`.hf_takeover`, the table :data:`TAKEOVERS`); every other
+load of them stays with transformers' own quantizer.
 
 Registration happens when transformers' quantizer registry is first imported (a
 post-import hook installed by the ``flagos.plugins`` entry point at ``import flagos``), so
@@ -22,12 +28,28 @@ import threading
 import warnings
 from typing import Any
 
-__all__ = ["install", "register", "registered"]
+__all__ = ["TAKEOVERS", "install", "register", "registered", "taken_over"]
 
 _REGISTRY_MODULE = "transformers.quantizers.auto"
+# quant_methods transformers registers itself, whose quantizer flagos-quant extends for
+# loads onto flagos: method -> "module:function" that takes transformers' quantizer class
+# and returns the class registered in its place (which runs transformers' own code for
+# every load not onto flagos)
+EXTENDED = {
+    "mxfp4": "flagos_quant.hf_mxfp4:flagos_quantizer",
+}
 _lock = threading.Lock()
 registered: str | None = None
 """None until registration ran; then "registered" or why it was skipped."""
+
+TAKEOVERS: dict[str, tuple[str, bool]] = {
+    # quant_method: (module:function giving flagos' quantizer class, whether transformers'
+    # config class is wrapped too, to keep the checkpoint's own fields and defer its errors)
+    "fp8": ("flagos_quant.hf_fp8:quantizer_class", True),
+    "compressed-tensors": ("flagos_quant.compressed_tensors:quantizer_class", True),
+}
+taken_over: dict[str, str] = {}
+"""quant_method -> "taken over" or why not (filled by :func:`register`)."""
 
 
 def register() -> str:
@@ -39,6 +61,8 @@ def register() -> str:
             return registered
         from transformers.quantizers import auto
 
+        _take_over()
+        _extend(auto)
         if "modelopt" in auto.AUTO_QUANTIZER_MAPPING or "modelopt" in \
                 auto.AUTO_QUANTIZATION_CONFIG_MAPPING:
             registered = "skipped: this transformers registers 'modelopt' itself"
@@ -50,12 +74,45 @@ def register() -> str:
         return registered
 
 
+def _take_over() -> None:
+    import importlib
+
+    from .hf_takeover import take_over
+
+    for method, (target, config) in TAKEOVERS.items():
+        module, _, function = target.partition(":")
+        try:
+            ours = getattr(importlib.import_module(module), function)()
+            taken_over[method] = take_over(method, ours, config=config)
+        except Exception as e:  # noqa: BLE001 - leave transformers' own quantizer
+            taken_over[method] = f"failed: {type(e).__name__}: {e}"
+            warnings.warn(f"flagos-quant: taking over {method!r} loads onto flagos failed: "
+                          f"{e!r}", RuntimeWarning, stacklevel=3)
+def _extend(auto) -> None:
+    """Put flagos-quant's subclass in place of transformers' quantizer of each method of
+    :data:`EXTENDED` that this transformers has."""
+    import importlib
+
+    for method, target in EXTENDED.items():
+        base = auto.AUTO_QUANTIZER_MAPPING.get(method)
+        if base is None:
+            continue
+        module, _, fn = target.partition(":")
+        try:
+            auto.AUTO_QUANTIZER_MAPPING[method] = getattr(importlib.import_module(module),
+                                                          fn)(base)
+        except Exception as e:  # noqa: BLE001 - transformers' own quantizer stays
+            warnings.warn(f"flagos-quant: extending transformers' {method!r} quantizer "
+                          f"failed ({e!r}); its loads stay transformers' own",
+                          RuntimeWarning, stacklevel=2)
+
+
 def _classes() -> tuple[type, type]:
-    from transformers.quantizers.base import HfQuantizer
     from transformers.utils.quantization_config import QuantizationConfigMixin
 
     from .checkpoint_config import parse_modelopt
     from .convert import replace_linears
+    from .hf_prequantized import prequantized_quantizer_base
 
     class ModelOptConfig(QuantizationConfigMixin):
         """A ModelOpt checkpoint's ``quantization_config`` (validated when constructed)."""
@@ -70,10 +127,8 @@ def _classes() -> tuple[type, type]:
         def to_dict(self) -> dict[str, Any]:
             return {"quant_method": "modelopt", **self._fields}
 
-    class ModelOptQuantizer(HfQuantizer):
+    class ModelOptQuantizer(prequantized_quantizer_base()):
         """Loads pre-quantized ModelOpt FP8 / NVFP4 checkpoints into packed-weight layers."""
-
-        requires_calibration = True  # only pre-quantized checkpoints
 
         @property
         def quantized_element_size(self) -> float:
@@ -87,17 +142,6 @@ def _classes() -> tuple[type, type]:
                     f"*{k}*" for k in keep))
             replace_linears(model, spec, dtype=kwargs.get("dtype") or model.dtype)
             return model
-
-        def param_needs_quantization(self, model, param_name: str, **kwargs) -> bool:
-            return False  # stored quantized: loaded as they are
-
-        @property
-        def is_serializable(self) -> bool:
-            return False
-
-        @property
-        def is_trainable(self) -> bool:
-            return False
 
     return ModelOptConfig, ModelOptQuantizer
 

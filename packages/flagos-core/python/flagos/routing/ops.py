@@ -18,6 +18,11 @@ import torch
 
 KeyKind = Literal["default", "op", "overload"]
 
+WELL_KNOWN_OPS: frozenset[str] = frozenset({
+    "flagos_quant::fp8_weight_linear", "flagos_quant::nvfp4_weight_linear"})
+"""Ops of the project's own packages that the shipped routes name: valid keys before (or
+without) the package that defines them being imported."""
+
 _lock = threading.Lock()
 _names: frozenset[str] = frozenset()
 _bases: frozenset[str] = frozenset()
@@ -76,6 +81,8 @@ def is_key(key: str) -> bool:
         return True
     if "::" not in key:
         return False
+    if key in WELL_KNOWN_OPS:
+        return True
     return _known(key, "bases") if kind == "op" else is_op(key)
 
 
