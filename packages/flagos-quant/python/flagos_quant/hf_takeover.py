@@ -133,8 +133,9 @@ def deferring_config(theirs: type) -> type:
             except Exception as e:  # noqa: BLE001 - raised again by the quantizer
                 self.flagos_init_error = e
                 self.quant_method = fields.get("quant_method")
-                # as transformers reads it (``run_compressed=False``: the old spelling)
-                self.dequantize = bool(fields.get("dequantize")) or \
+                # as transformers reads it (``run_compressed=False``: the old spelling);
+                # a value that is not a bool stays, for the dispatch to name it
+                self.dequantize = fields.get("dequantize", False) or \
                     fields.get("run_compressed") is False
                 return
             self.__class__ = theirs
