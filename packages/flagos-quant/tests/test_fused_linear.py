@@ -197,3 +197,6 @@ def test_triton_declines_what_it_does_not_take(interpreted) -> None:
     q, s = quantize_fp8(torch.randn(8, 32))
     assert interpreted.fp8_linear(torch.randn(2, 32).double(), q, s.reshape(1, 1), [8, 32],
                                   None) is None
+    # scale blocks narrower than a K-tile (which holds one scale per column)
+    qb, sb = quantize_fp8_blocks(torch.randn(8, 192), (8, 48))
+    assert interpreted.fp8_linear(torch.randn(2, 192), qb, sb, [8, 48], None) is None
