@@ -26,11 +26,11 @@ differences.
 from __future__ import annotations
 
 import json
-import sys
 import tempfile
 from pathlib import Path
 
 import make_checkpoints as mc
+import tool_check
 import torch
 
 SCHEMES = {"ct-fp8-dynamic": "FP8_DYNAMIC", "ct-fp8-static": "FP8", "ct-nvfp4": "NVFP4"}
@@ -75,18 +75,8 @@ def export(fmt: str, out: Path) -> Path:
 
 
 def main(out: Path) -> int:
-    failures = 0
-    for fmt in SCHEMES:
-        mc.write(out, fmt)
-        theirs_dir = export(fmt, out)
-        count, bad = mc.differing_tensors(out / fmt, theirs_dir)
-        same_config = _config(out / fmt) == _config(theirs_dir)
-        failures += mc.report(fmt, count, bad, same_config, "version")
-    return 1 if failures else 0
+    return tool_check.compare(out, SCHEMES, export, _config, "version")
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        print(__doc__, file=sys.stderr)
-        raise SystemExit(2)
-    raise SystemExit(main(Path(sys.argv[1])))
+    tool_check.run(__doc__, main)

@@ -18,10 +18,10 @@ on the same calibration batch and ``export_hf_checkpoint``; exits 1 on any diffe
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import make_checkpoints as mc
+import tool_check
 import torch
 
 
@@ -33,32 +33,27 @@ def _configs(d: Path) -> tuple[dict, dict]:
     return qc, hf
 
 
-def main(out: Path) -> int:
+def export(fmt: str, out: Path) -> Path:
+    """ModelOpt's own export of ``fmt`` (quantized on the same calibration batch)."""
     import modelopt.torch.quantization as mtq
     from modelopt.torch.export import export_hf_checkpoint
 
-    recipes = {"modelopt-fp8": mtq.FP8_DEFAULT_CFG, "modelopt-nvfp4": mtq.NVFP4_DEFAULT_CFG}
-    failures = 0
-    for fmt in mc.MODELOPT_FORMATS:
-        mc.write(out, fmt)
-        model = mc.base_model()
-        calib = torch.randint(3, mc.VOCAB, (4, 32), generator=torch.Generator().manual_seed(1))
+    recipe = {"modelopt-fp8": mtq.FP8_DEFAULT_CFG, "modelopt-nvfp4": mtq.NVFP4_DEFAULT_CFG}[fmt]
+    calib = torch.randint(3, mc.VOCAB, (4, 32), generator=torch.Generator().manual_seed(1))
 
-        def forward(m, calib=calib):
-            with torch.no_grad():
-                m(calib)
-        model = mtq.quantize(model, recipes[fmt], forward)
-        theirs_dir = out / f"{fmt}-modelopt"
-        with torch.inference_mode():
-            export_hf_checkpoint(model, export_dir=str(theirs_dir))
-        count, bad = mc.differing_tensors(out / fmt, theirs_dir)
-        same_config = _configs(out / fmt) == _configs(theirs_dir)
-        failures += mc.report(fmt, count, bad, same_config, "producer")
-    return 1 if failures else 0
+    def forward(m):
+        with torch.no_grad():
+            m(calib)
+    model = mtq.quantize(mc.base_model(), recipe, forward)
+    theirs = out / f"{fmt}-modelopt"
+    with torch.inference_mode():
+        export_hf_checkpoint(model, export_dir=str(theirs))
+    return theirs
+
+
+def main(out: Path) -> int:
+    return tool_check.compare(out, mc.MODELOPT_FORMATS, export, _configs, "producer")
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        print(__doc__, file=sys.stderr)
-        raise SystemExit(2)
-    raise SystemExit(main(Path(sys.argv[1])))
+    tool_check.run(__doc__, main)

@@ -145,32 +145,6 @@ def write(out: Path, fmt: str) -> None:
                                   {"hf_quant_config.json": nested})
 
 
-def differing_tensors(mine_dir: Path, theirs_dir: Path) -> tuple[int, list[str]]:
-    """How many tensors ``mine_dir``'s model.safetensors holds, and the names of those
-    that differ from ``theirs_dir``'s in presence, dtype, shape or bytes (the checks
-    against the formats' own tools)."""
-    from safetensors.torch import load_file
-
-    def raw(t: torch.Tensor) -> torch.Tensor:
-        return t.contiguous().reshape(-1).view(torch.uint8)
-
-    mine = load_file(str(mine_dir / "model.safetensors"))
-    theirs = load_file(str(theirs_dir / "model.safetensors"))
-    bad = sorted(set(mine) ^ set(theirs))
-    for k in sorted(set(mine) & set(theirs)):
-        a, b = mine[k], theirs[k]
-        if (a.dtype, a.shape) != (b.dtype, b.shape) or not torch.equal(raw(a), raw(b)):
-            bad.append(k)
-    return len(mine), bad
-
-
-def report(fmt: str, count: int, bad: list[str], same_config: bool, aside: str) -> int:
-    """Print a check's result line; returns the number of failures."""
-    print(f"{fmt}: {count} tensors, {len(bad)} differ{': ' + ', '.join(bad[:8]) if bad else ''}; "
-          f"quantization configs {'equal' if same_config else 'DIFFER'} ({aside} aside)")
-    return len(bad) + (not same_config)
-
-
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print(__doc__, file=sys.stderr)

@@ -81,6 +81,27 @@ def test_fp8_op_on_flagos_runs_the_twin_kernel_and_matches_cpu(case, stats) -> N
     assert served and "cpu" not in served, flagos.routing.stats()
 
 
+@pytest.mark.parametrize("m", [1, 33])
+def test_the_twin_kernels_through_boxing_match_cpu(m, stats) -> None:
+    """Routed to boxing, the ops run the twin's kernels: on a CUDA twin the Triton ones
+    (bf16 activations), on sim the CPU ones."""
+    w = torch.randn(200, 256)
+    packed, scale, glob = quantize_nvfp4(w)
+    x = torch.randn(m, 256, dtype=torch.bfloat16)
+    bias = torch.randn(200, dtype=torch.bfloat16)
+    with flagos.routing.override({FP8_WEIGHT_LINEAR: ["boxing", "cpu"],
+                                  NVFP4_WEIGHT_LINEAR: ["boxing", "cpu"]}):
+        for _, q, s, block in _fp8_cases(200, 256, seed=m):
+            want = fp8_weight_linear(x, q, s, block, bias)
+            assert_matches_cpu(fp8_weight_linear(x.to(DEV), q.to(DEV), s.to(DEV), block,
+                                                 bias.to(DEV)), want)
+        got4 = nvfp4_weight_linear(x.to(DEV), packed.to(DEV), scale.to(DEV), glob.to(DEV),
+                                   bias.to(DEV))
+    assert_matches_cpu(got4, nvfp4_weight_linear(x, packed, scale, glob, bias))
+    assert calls(FP8_WEIGHT_LINEAR, "boxing") == 3
+    assert calls(NVFP4_WEIGHT_LINEAR, "boxing") == 1
+
+
 def test_emulation_serves_where_no_twin_kernel_does(stats) -> None:
     w = torch.randn(64, 128)
     packed, scale, glob = quantize_nvfp4(w)
@@ -176,3 +197,6 @@ def test_triton_declines_what_it_does_not_take(interpreted) -> None:
     q, s = quantize_fp8(torch.randn(8, 32))
     assert interpreted.fp8_linear(torch.randn(2, 32).double(), q, s.reshape(1, 1), [8, 32],
                                   None) is None
+    # scale blocks narrower than a K-tile (which holds one scale per column)
+    qb, sb = quantize_fp8_blocks(torch.randn(8, 192), (8, 48))
+    assert interpreted.fp8_linear(torch.randn(2, 192), qb, sb, [8, 48], None) is None

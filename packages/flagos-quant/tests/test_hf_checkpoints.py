@@ -36,9 +36,6 @@ SCHEME_BOUND = {"hf-fp8": 0.25, "ct-fp8-dynamic": 0.25, "ct-fp8-static": 0.25, "
 IDS = torch.randint(3, 256, (2, 12), generator=torch.Generator().manual_seed(5))
 
 
-
-
-
 def _packed_bytes(m: QuantLinear) -> int:
     """Bytes of the packed weight and its per-16 scales (NVFP4) or of the FP8 weight."""
     names = ("weight_packed", "weight_scale") if isinstance(m, CTNVFP4Linear) else ("weight",)
@@ -157,6 +154,8 @@ def _set(path: str, value):
     ("ct-nvfp4", "config_groups.group_0.input_activations.dynamic", True),
     ("ct-nvfp4", "kv_cache_scheme", {"num_bits": 8, "type": "float"}),
     ("ct-nvfp4", "quantization_status", "frozen"),
+    ("hf-fp8", "dequantize", "yes"),
+    ("ct-nvfp4", "dequantize", "yes"),
 ])
 def test_bad_config_names_the_field(checkpoints: Path, tmp_path: Path, fmt, path, value) -> None:
     bad = _with_config(checkpoints, tmp_path, fmt, _set(path, value))
@@ -239,6 +238,30 @@ def test_flagos_loads_without_the_compressed_tensors_package(checkpoints: Path,
     assert sum(isinstance(m, CTNVFP4Linear) for m in model.modules()) == 14
     with pytest.raises(ImportError, match="compressed-tensors"):
         load(checkpoints / "ct-nvfp4", device_map="cpu")
+
+
+@pytest.mark.parametrize(("device_map", "onto_flagos"), [
+    ("flagos", True), ("flagos:0", True), (torch.device("flagos", 0), True),
+    ({"": torch.device("flagos")}, True), ({"model": "cpu", "lm_head": "flagos"}, True),
+    ({"": 0}, torch.device(0).type == "flagos"),  # an index: the current accelerator's
+    ("cpu", False), ({"": "cpu"}, False), ({"": torch.device("cpu")}, False), (None, False),
+    ({"model": "disk", "lm_head": "cpu"}, False), ("auto", False), ("balanced", False),
+])
+def test_which_loads_flagos_takes_over(device_map, onto_flagos) -> None:
+    """Automatic placements are not flagos: accelerate resolves them after the quantizer
+    is chosen."""
+    from flagos_quant.hf_takeover import loads_onto_flagos
+
+    assert loads_onto_flagos(device_map) is onto_flagos
+
+
+@pytest.mark.parametrize("method", ["fp8", "compressed-tensors", "mxfp4"])
+def test_every_method_is_taken_over(method: str) -> None:
+    from flagos_quant.transformers_hook import taken_over
+    from transformers.quantizers import auto
+
+    assert taken_over[method] == "taken over"
+    assert auto.AUTO_QUANTIZER_MAPPING[method].__name__.startswith("FlagosOr")
 
 
 def test_registry_take_over_is_reversible() -> None:

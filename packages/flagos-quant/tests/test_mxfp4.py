@@ -174,17 +174,6 @@ def test_logits_and_greedy_generation_against_bf16_reference(checkpoint: Path) -
             assert torch.equal(_greedy(model, IDS.to("flagos")), _greedy(ref_model, IDS))
 
 
-@pytest.mark.parametrize(("device_map", "onto_flagos"), [
-    ("flagos", True), ("flagos:0", True), (torch.device("flagos", 0), True),
-    ({"model": "cpu", "lm_head": "flagos"}, True), ("cpu", False), ({"": "cpu"}, False),
-    (None, False), ({"model": "disk", "lm_head": "cpu"}, False), ("auto", False),
-])
-def test_which_loads_the_flagos_quantizer_takes(device_map, onto_flagos) -> None:
-    from flagos_quant.hf_mxfp4 import targets_flagos
-
-    assert targets_flagos(device_map) is onto_flagos
-
-
 @pytest.mark.parametrize(("change", "field"), [
     ({"modules_to_not_convert": 3}, "quantization_config.modules_to_not_convert"),
     ({"modules_to_not_convert": ["lm_head", 7]}, "quantization_config.modules_to_not_convert"),

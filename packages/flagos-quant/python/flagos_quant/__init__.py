@@ -8,12 +8,11 @@
   dequantize-then-matmul; routed like every op.
 - :mod:`.modules`, :mod:`.ct_modules`: linear layers that keep weights packed and
   dequantize per call.
-- Loading: ModelOpt FP8 / NVFP4, HF ``fp8`` (:mod:`.hf_fp8`) and compressed-tensors
-  (:mod:`.compressed_tensors`) checkpoints through transformers' quantizer registry
-  (:mod:`.transformers_hook`, :mod:`.hf_takeover`),
-  ``from_pretrained(path, device_map="flagos")`` unchanged.
-- :mod:`.mxfp4_moe`: gpt-oss' MoE experts with MXFP4 weights packed, loaded from
-  ``mxfp4`` checkpoints onto flagos (:mod:`.hf_mxfp4`).
+- Loading: ModelOpt FP8 / NVFP4, HF ``fp8`` (:mod:`.hf_fp8`), compressed-tensors
+  (:mod:`.compressed_tensors`) and gpt-oss ``mxfp4`` (:mod:`.hf_mxfp4`) checkpoints
+  through transformers' quantizer registry (:mod:`.transformers_hook`,
+  :mod:`.hf_takeover`), ``from_pretrained(path, device_map="flagos")`` unchanged.
+- :mod:`.mxfp4_moe`: gpt-oss' MoE experts with MXFP4 weights packed.
 
 See docs/quantization.md.
 """

@@ -36,8 +36,7 @@ def prequantized_quantizer_base() -> type:
         def param_needs_quantization(self, model, param_name: str, **kwargs) -> bool:
             return False  # stored quantized: loaded as they are
 
-        @property
-        def is_serializable(self) -> bool:
+        def is_serializable(self) -> bool:  # a method: save_pretrained calls it
             return False
 
         @property

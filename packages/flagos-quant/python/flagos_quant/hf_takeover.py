@@ -1,5 +1,6 @@
 """Loading checkpoints of a ``quant_method`` that transformers serves itself (``fp8``,
-``compressed-tensors``) into flagos' packed-weight layers, only for loads onto flagos.
+``compressed-tensors``, ``mxfp4``) into flagos' packed-weight layers, only for loads onto
+flagos.
 
 transformers' registry refuses a second registration of a name (``register_quantizer``
 raises "already registered"), and the quantizer is constructed before anything says where
@@ -23,6 +24,8 @@ from typing import Any
 
 import torch
 
+from .checkpoint_config import QuantConfigError
+
 __all__ = ["checkpoint_fields", "loads_onto_flagos", "restore", "take_over"]
 
 _ORIGINALS: dict[tuple[str, str], type] = {}
@@ -43,25 +46,39 @@ def checkpoint_fields(config: object) -> Mapping[str, Any] | None:
     return _FIELDS.get(id(config))
 
 
+# placements that accelerate decides after the quantizer is chosen (today it places on
+# the CPU what it does not know the memory of)
+_AUTO_PLACEMENTS = ("auto", "balanced", "balanced_low_0", "sequential")
+
+
 def loads_onto_flagos(device_map: object) -> bool:
     """Whether ``device_map`` (as ``from_pretrained`` normalised it: a dict of module name
-    to device, or a device / name) places a module on the flagos device."""
+    to device, device string or index, or one of them) places a module on the flagos
+    device. An index is a device of the current accelerator, as accelerate reads it;
+    ``"disk"`` and automatic placements (``"auto"``, ...) are not flagos."""
     if device_map is None:
         return False
     values = device_map.values() if isinstance(device_map, Mapping) else (device_map,)
     for v in values:
-        if isinstance(v, torch.device) and v.type == "flagos":
-            return True
-        if isinstance(v, str) and v.split(":")[0] == "flagos":
-            return True
+        if v is None or isinstance(v, bool) or v == "disk" or v in _AUTO_PLACEMENTS:
+            continue
+        try:
+            if torch.device(v).type == "flagos":
+                return True
+        except (RuntimeError, TypeError, ValueError):
+            continue
     return False
 
 
 def _wants_flagos(config: object, pre_quantized: bool, device_map: object) -> bool:
     """flagos takes over a pre-quantized load onto flagos, unless the user asked
     transformers to dequantize (``dequantize=True`` keeps transformers' dense model)."""
-    return pre_quantized and not getattr(config, "dequantize", False) \
-        and loads_onto_flagos(device_map)
+    if not (pre_quantized and loads_onto_flagos(device_map)):
+        return False
+    dequantize = getattr(config, "dequantize", False)
+    if not isinstance(dequantize, bool):
+        raise QuantConfigError("dequantize", f"must be true or false, got {dequantize!r}")
+    return not dequantize
 
 
 def dispatching_quantizer(theirs: type, ours: type) -> type:
@@ -116,8 +133,9 @@ def deferring_config(theirs: type) -> type:
             except Exception as e:  # noqa: BLE001 - raised again by the quantizer
                 self.flagos_init_error = e
                 self.quant_method = fields.get("quant_method")
-                # as transformers reads it (``run_compressed=False``: the old spelling)
-                self.dequantize = bool(fields.get("dequantize")) or \
+                # as transformers reads it (``run_compressed=False``: the old spelling);
+                # a value that is not a bool stays, for the dispatch to name it
+                self.dequantize = fields.get("dequantize", False) or \
                     fields.get("run_compressed") is False
                 return
             self.__class__ = theirs

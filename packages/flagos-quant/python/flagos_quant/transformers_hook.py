@@ -5,13 +5,11 @@ under ``quant_method: "modelopt"`` through transformers' registry
     AutoModelForCausalLM.from_pretrained(path, device_map="flagos")
 
 builds the model with packed-weight layers (:mod:`.modules`) and loads the checkpoint's
-tensors into them as they are stored (FP8 stays FP8, NVFP4 stays packed). For the
-methods of :data:`EXTENDED`, which transformers registers itself, a subclass of
-transformers' quantizer takes its place and takes over only for loads onto flagos.
+tensors into them as they are stored (FP8 stays FP8, NVFP4 stays packed).
 
-Formats transformers serves itself (``fp8``, ``compressed-tensors``) are taken over for
-loads onto flagos only (:mod:`.hf_takeover`, the table :data:`TAKEOVERS`); every other
-load of them stays with transformers' own quantizer.
+Formats transformers serves itself (``fp8``, ``compressed-tensors``, ``mxfp4``) are taken
+over for loads onto flagos only (:mod:`.hf_takeover`, the table :data:`TAKEOVERS`); every
+other load of them stays with transformers' own quantizer.
 
 Registration happens when transformers' quantizer registry is first imported (a
 post-import hook installed by the ``flagos.plugins`` entry point at ``import flagos``), so
@@ -31,13 +29,6 @@ from typing import Any
 __all__ = ["TAKEOVERS", "install", "register", "registered", "taken_over"]
 
 _REGISTRY_MODULE = "transformers.quantizers.auto"
-# quant_methods transformers registers itself, whose quantizer flagos-quant extends for
-# loads onto flagos: method -> "module:function" that takes transformers' quantizer class
-# and returns the class registered in its place (which runs transformers' own code for
-# every load not onto flagos)
-EXTENDED = {
-    "mxfp4": "flagos_quant.hf_mxfp4:flagos_quantizer",
-}
 _lock = threading.Lock()
 registered: str | None = None
 """None until registration ran; then "registered" or why it was skipped."""
@@ -47,14 +38,17 @@ TAKEOVERS: dict[str, tuple[str, bool]] = {
     # config class is wrapped too, to keep the checkpoint's own fields and defer its errors)
     "fp8": ("flagos_quant.hf_fp8:quantizer_class", True),
     "compressed-tensors": ("flagos_quant.compressed_tensors:quantizer_class", True),
+    "mxfp4": ("flagos_quant.hf_mxfp4:quantizer_class", False),
 }
 taken_over: dict[str, str] = {}
 """quant_method -> "taken over" or why not (filled by :func:`register`)."""
 
 
 def register() -> str:
-    """Register the ModelOpt config and quantizer with transformers now (idempotent);
-    returns "registered" or why it was skipped."""
+    """Take over the methods of :data:`TAKEOVERS` for loads onto flagos and register the
+    ModelOpt config and quantizer with transformers now (idempotent); returns
+    "registered" or why the ModelOpt registration was skipped (:data:`taken_over` says
+    what was taken over)."""
     global registered
     with _lock:
         if registered is not None:
@@ -62,7 +56,6 @@ def register() -> str:
         from transformers.quantizers import auto
 
         _take_over()
-        _extend(auto)
         if "modelopt" in auto.AUTO_QUANTIZER_MAPPING or "modelopt" in \
                 auto.AUTO_QUANTIZATION_CONFIG_MAPPING:
             registered = "skipped: this transformers registers 'modelopt' itself"
@@ -88,23 +81,6 @@ def _take_over() -> None:
             taken_over[method] = f"failed: {type(e).__name__}: {e}"
             warnings.warn(f"flagos-quant: taking over {method!r} loads onto flagos failed: "
                           f"{e!r}", RuntimeWarning, stacklevel=3)
-def _extend(auto) -> None:
-    """Put flagos-quant's subclass in place of transformers' quantizer of each method of
-    :data:`EXTENDED` that this transformers has."""
-    import importlib
-
-    for method, target in EXTENDED.items():
-        base = auto.AUTO_QUANTIZER_MAPPING.get(method)
-        if base is None:
-            continue
-        module, _, fn = target.partition(":")
-        try:
-            auto.AUTO_QUANTIZER_MAPPING[method] = getattr(importlib.import_module(module),
-                                                          fn)(base)
-        except Exception as e:  # noqa: BLE001 - transformers' own quantizer stays
-            warnings.warn(f"flagos-quant: extending transformers' {method!r} quantizer "
-                          f"failed ({e!r}); its loads stay transformers' own",
-                          RuntimeWarning, stacklevel=2)
 
 
 def _classes() -> tuple[type, type]:

@@ -1,8 +1,13 @@
 """Triton kernels of the weight-only packed linear ops (:mod:`.fused_linear`): each tile of
 the weight is loaded in its packed form (one byte per FP8 weight, half a byte per NVFP4
-weight plus its scales), dequantized in registers exactly as :mod:`.dequant` does
-(element x scale [x global scale] in float32, rounded once to the activations' dtype) and
-multiplied on the matrix units with float32 accumulation; bias is added in float32.
+weight plus its scales) and multiplied on the matrix units with float32 accumulation.
+FP8 values enter the matmul as they are (exact in bf16, fp16 and fp32) and their float32
+scale multiplies each tile's partial sums (a K-tile never straddles a scale block; blocks
+narrower than the smallest tile are declined). NVFP4 elements are decoded from their bits
+and multiplied by their E4M3 block scale (exact: at most 6 significant bits), the global
+scale multiplies the sums. Bias is added in float32. The results differ from the
+reference formula (dequantize in float32, round to the activations' dtype, matmul) by the
+rounding of the dequantized weight and the order of the sums.
 
 ``K`` is a compile-time constant: a model has few distinct ones, the loop's trip count is
 then known to the compiler, and Triton's interpreter (the CPU tests) runs the loop.
@@ -21,18 +26,27 @@ import torch
 __all__ = ["fp8_linear", "nvfp4_linear"]
 
 _ACT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+_MIN_BLOCK_K = 64  # the smallest K-tile of the configs
 _FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
 def _configs(triton, small_m: bool):
     if small_m:  # decode: bound by the weight's bytes, so many narrow column tiles
-        shapes = [(16, bn, bk, w, s) for bn in (32, 64, 128) for bk in (128, 256)
-                  for w, s in ((4, 3), (4, 4))]
+        shapes = [(16, bn, bk, w, st) for bn in (16, 32, 64) for bk in (64, 128, 256)
+                  for w, st in ((2, 4), (4, 4))]
     else:
         shapes = [(bm, bn, bk, w, 3) for bm, bn in ((64, 64), (64, 128), (128, 128))
                   for bk in (64, 128) for w in (4, 8)]
     return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w,
-                          num_stages=s) for bm, bn, bk, w, s in shapes]
+                          num_stages=st) for bm, bn, bk, w, st in shapes]
+
+
+def _k_tiles_within_scale_blocks(configs, named_args, **kwargs):
+    """The FP8 kernel's tiles along K must not straddle a scale block (one scale per
+    output column and tile): keep the configs whose BLOCK_K divides the block, or any
+    when the block is the whole K."""
+    cols, k = named_args["scale_cols"], named_args["K"]
+    return [c for c in configs if cols >= k or cols % c.kwargs["BLOCK_K"] == 0]
 
 
 @functools.cache
@@ -44,14 +58,15 @@ def _kernels():
     except ImportError:
         return None
 
-    def tuned(fn):
+    def tuned(fn, prune=None):
         if os.environ.get("TRITON_INTERPRET") == "1":  # no timing under the interpreter
             return fn, fn
-        decode = triton.autotune(_configs(triton, True), key=["N", "K", "M_BUCKET"])(fn)
-        prefill = triton.autotune(_configs(triton, False), key=["N", "K", "M_BUCKET"])(fn)
-        return decode, prefill
+        key = ["N", "K", "M_BUCKET"] + (["scale_cols"] if prune else [])
+        pruning = {"early_config_prune": prune} if prune else None
+        return tuple(triton.autotune(_configs(triton, small), key=key,
+                                     prune_configs_by=pruning)(fn) for small in (True, False))
 
-    return triton, tuned(k.fp8_kernel), tuned(k.nvfp4_kernel)
+    return triton, tuned(k.fp8_kernel, _k_tiles_within_scale_blocks), tuned(k.nvfp4_kernel)
 
 
 def _m_bucket(m: int) -> int:
@@ -62,7 +77,7 @@ def _launch(kernels, m: int, n: int, *args, **meta) -> None:
     triton, decode, prefill = kernels
     kernel = decode if m <= 16 else prefill
     if not hasattr(kernel, "configs"):  # the interpreter: one small tile shape
-        meta.update(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32)
+        meta.update(BLOCK_M=16, BLOCK_N=32, BLOCK_K=_MIN_BLOCK_K)
 
     def grid(c):
         return triton.cdiv(n, c["BLOCK_N"]), triton.cdiv(m, c["BLOCK_M"])
@@ -78,7 +93,8 @@ def fp8_linear(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor
     if k is None or x.dtype not in _ACT_DTYPES or weight.dtype not in _FP8_DTYPES \
             or weight_scale.dtype != torch.float32 or weight_scale.dim() != 2 \
             or (bias is not None and bias.dtype != x.dtype) or x.numel() == 0 \
-            or weight.numel() == 0:
+            or weight.numel() == 0 \
+            or (block[1] < x.shape[1] and block[1] % _MIN_BLOCK_K):  # tiles would straddle
         return None
     (m, kk), n = x.shape, weight.shape[0]
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
