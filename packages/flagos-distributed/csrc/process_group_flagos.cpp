@@ -514,6 +514,16 @@ ProcessGroupFlagOS::ProcessGroupFlagOS(int rank, int size, c10::intrusive_ptr<c1
 
 ProcessGroupFlagOS::~ProcessGroupFlagOS() = default;
 
+void ProcessGroupFlagOS::shutdown() {
+  if (inner_) inner_->shutdown();
+  if (checker_ && checker_ != inner_) checker_->shutdown();
+}
+
+void ProcessGroupFlagOS::abort() {
+  if (inner_) inner_->abort();
+  if (checker_ && checker_ != inner_) checker_->abort();
+}
+
 c10::intrusive_ptr<c10d::Backend::Options> ProcessGroupFlagOS::getBackendOptions() {
   return c10::make_intrusive<Options>("flagos", config_.timeout);
 }

@@ -63,6 +63,11 @@ class ProcessGroupFlagOS : public c10d::Backend {
   bool supportsCoalescing() const override { return config_.path == Path::kCuda; }
   void startCoalescing() override;
   c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+  // Lifecycle calls reach the delegates: destroy_process_group() shuts the group down
+  // (an inner NCCL backend frees its communicators and stops its watchdog), and abort()
+  // aborts their pending work.
+  void shutdown() override;
+  void abort() override;
   void setSequenceNumberForGroup() override {}
   uint64_t getSequenceNumberForGroup() override { return seq_.load(); }
 
