@@ -269,7 +269,9 @@ def test_native_handle_launches_host_work_in_stream_order(hal):
         hal.free(0, p)
 
 
-_DESTROY_FROM_OWN_WORK = """
+# A host function on a fresh sim stream, reached through the stream's native handle (the
+# sim runtime table, sim_runtime.h), as a kernel library launches one.
+_HOST_FUNC_PRELUDE = """
 import ctypes, threading
 import flagos_hal
 import flagos_hal.sim_control
@@ -287,12 +289,18 @@ base = ctl.live()[0]
 s = h.stream_create(0)
 rt = ctypes.cast(h.stream_native_handle(s), ctypes.POINTER(RT)).contents
 done, seen = threading.Event(), []
-def on_stream(_):
+
+def refused(call):
     try:
-        h.stream_destroy(s)
-        seen.append("destroyed")
+        call()
+        seen.append("ran")
     except HalError as e:
         seen.append((e.status, e.message))
+"""
+
+_DESTROY_FROM_OWN_WORK = _HOST_FUNC_PRELUDE + """
+def on_stream(_):
+    refused(lambda: h.stream_destroy(s))
     done.set()
 fn = FN(on_stream)
 assert rt.launch_host_func(ctypes.byref(rt), fn, None) == Status.SUCCESS
@@ -310,6 +318,39 @@ h.stream_destroy(s)  # from this thread it goes
 assert ctl.live()[0] == base
 print("bye", flush=True)
 """
+
+# Waits for the stream a host function runs on, from that host function: the event is
+# recorded behind it, so every one of them would wait for the host function itself.
+_WAIT_FROM_OWN_WORK = _HOST_FUNC_PRELUDE + """
+e = h.event_create()
+go = threading.Event()
+def on_stream(_):
+    go.wait(30)
+    refused(lambda: h.stream_synchronize(s))
+    refused(lambda: h.event_synchronize(e))
+    refused(lambda: h.device_synchronize(0))
+    done.set()
+fn = FN(on_stream)
+assert rt.launch_host_func(ctypes.byref(rt), fn, None) == Status.SUCCESS
+h.event_record(e, s)
+go.set()
+assert done.wait(30), "a wait from the stream's own work hung"
+for (status, message), fn_name in zip(seen, ("stream_synchronize", "event_synchronize",
+                                             "stream_synchronize")):
+    assert status == Status.INVALID_VALUE, seen
+    assert "it would wait for itself" in message and fn_name in message, message
+h.stream_synchronize(s)  # from this thread: waits, and the event is done
+h.event_synchronize(e)
+h.event_destroy(e)
+h.stream_destroy(s)
+assert ctl.live()[0] == base
+print("bye", flush=True)
+"""
+
+
+def test_waits_from_a_streams_own_work_are_refused_not_a_hang():
+    r = run_python(_WAIT_FROM_OWN_WORK, timeout=60)
+    assert r.returncode == 0 and "bye" in r.stdout, (r.returncode, r.stdout, r.stderr)
 
 
 def test_stream_destroy_from_its_own_work_is_refused_not_an_abort():

@@ -44,10 +44,13 @@ using Task = std::function<void()>;
 using Clock = std::chrono::steady_clock;
 
 // The work an event captured at one record; completes when its stream reaches it.
+struct SimStream;
+
 struct Capture {
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
+  const SimStream* stream = nullptr;  // the stream whose queue completes it
   Clock::time_point when;
   void complete();
   bool is_done();
@@ -72,6 +75,8 @@ struct SimStream : kit::StreamBase {
   bool is_idle() { return pending.load(std::memory_order_acquire) == 0; }
   // Whether the caller is this stream's worker (inside work queued on the stream).
   bool on_worker() const { return worker.get_id() == std::this_thread::get_id(); }
+  // The stream whose worker the calling thread is; nullptr on any other thread.
+  static const SimStream* current();
   void synchronize();
   void stop();  // after the queue has drained
 };

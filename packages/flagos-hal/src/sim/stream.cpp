@@ -26,7 +26,23 @@ void Capture::wait() {
   cv.wait(lock, [&] { return done; });
 }
 
+namespace {
+thread_local const SimStream* t_worker_of = nullptr;
+
+// Work running on a stream (a host function) that waits for that same stream would wait
+// for itself forever: refused, as a real runtime refuses runtime calls from its stream
+// callbacks.
+Status waits_for_itself(const char* fn) {
+  return kit::fail(FLAGOS_ERROR_INVALID_VALUE,
+                   "%s: called from work running on the stream it would wait for (a host "
+                   "function); it would wait for itself. Wait from another thread", fn);
+}
+}  // namespace
+
+const SimStream* SimStream::current() { return t_worker_of; }
+
 void SimStream::run() {
+  t_worker_of = this;
   for (;;) {
     Task task;
     {
@@ -118,6 +134,7 @@ Status Sim::stream_destroy(Stream& s) {
 Status Sim::stream_query(Stream& s) { return s.is_idle() ? FLAGOS_SUCCESS : FLAGOS_ERROR_NOT_READY; }
 
 Status Sim::stream_synchronize(Stream& s) {
+  if (s.on_worker() && !s.is_idle()) return waits_for_itself("stream_synchronize");
   s.synchronize();
   return FLAGOS_SUCCESS;
 }
@@ -144,6 +161,7 @@ Status Sim::event_destroy(Event&) {  // captures live in the queues
 
 Status Sim::event_record(Event& e, Stream& s) {
   auto cap = std::make_shared<Capture>();
+  cap->stream = &s;
   {
     std::lock_guard<std::mutex> lock(e.mu);
     e.last = cap;
@@ -155,7 +173,10 @@ Status Sim::event_record(Event& e, Stream& s) {
 Status Sim::event_query(Event& e) { return e.capture()->is_done() ? FLAGOS_SUCCESS : FLAGOS_ERROR_NOT_READY; }
 
 Status Sim::event_synchronize(Event& e) {
-  e.capture()->wait();
+  auto cap = e.capture();
+  if (cap->stream && cap->stream == SimStream::current() && !cap->is_done())
+    return waits_for_itself("event_synchronize");
+  cap->wait();
   return FLAGOS_SUCCESS;
 }
 
