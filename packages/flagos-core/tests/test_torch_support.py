@@ -56,3 +56,30 @@ def test_tested_releases_have_compat_results(release: str) -> None:
     r = json.loads(path.read_text())
     assert r["build"] == "ok" and r["conformance"] == "passed", r
     assert not [f for t in r["tests"].values() for f in t["failed"]], r["tests"]
+
+
+@pytest.mark.parametrize("form", ["functional", "out", "inplace"])
+def test_ops_whose_composite_kernel_calls_a_stub_go_down_their_route(form) -> None:
+    # ldexp's CompositeExplicitAutograd kernel calls a DispatchStub of the device in torch
+    # 2.12 ("DispatchStub: missing kernel for flagos"); routed as itself it works in every
+    # release, and is counted under its own name.
+    import flagos
+    import torch
+
+    x = torch.randn(16)
+    e = torch.randint(-4, 4, (16,), dtype=torch.int32)
+    want = torch.ldexp(x, e)
+    xf, ef = x.to("flagos"), e.to("flagos")
+    flagos.routing.reset_stats()
+    if form == "functional":
+        got = torch.ldexp(xf, ef)
+    elif form == "out":
+        got = torch.empty_like(xf)
+        torch.ldexp(xf, ef, out=got)
+    else:
+        got = xf.clone().ldexp_(ef)
+    torch.testing.assert_close(got.cpu(), want)
+    name = {"functional": "aten::ldexp.Tensor", "out": "aten::ldexp.out",
+            "inplace": "aten::ldexp_"}[form]
+    assert sum(p["calls"] for p in flagos.routing.stats().get(name, {}).values()) == 1, \
+        flagos.routing.stats()

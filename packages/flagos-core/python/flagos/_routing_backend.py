@@ -116,9 +116,18 @@ def _overload(op_name: str):
     return getattr(packet, overload or "default")
 
 
+# Ops whose CompositeExplicitAutograd kernel calls a DispatchStub of the tensors' device in
+# some supported torch release, where flagos has no kernel for it ("DispatchStub: missing
+# kernel for flagos"): ldexp in torch 2.12. Routed as themselves, they go down their own
+# route (the twin's or the CPU's ldexp) in every release.
+STUB_COMPOSITE_OPS = ("aten::ldexp.Tensor", "aten::ldexp.out", "aten::ldexp_")
+
+
 def install() -> None:
-    """Give the routing table its backend (registers Python providers, the resolver)."""
+    """Give the routing table its backend (registers Python providers, the resolver) and
+    route :data:`STUB_COMPOSITE_OPS` as themselves."""
     routing.set_backend(CppBackend())
+    route_ops_as_themselves(STUB_COMPOSITE_OPS)
 
 
 def register_engine_provider(name: str, engine: str) -> None:
