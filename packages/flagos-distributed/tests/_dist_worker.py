@@ -7,11 +7,17 @@ Prints ``RANK <r> OK`` on success; any failure raises (non-zero exit code).
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import signal
 import sys
 import time
 from datetime import timedelta
+
+# A rare abort at teardown after FSDP2 ("terminate called without an active exception")
+# has no stack yet: on SIGABRT (and SIGSEGV) print where every Python thread was, into the
+# output the test shows when a rank fails.
+faulthandler.enable(all_threads=True)
 
 import flagos_distributed as fd
 import torch
