@@ -134,7 +134,7 @@ Status Sim::stream_destroy(Stream& s) {
 Status Sim::stream_query(Stream& s) { return s.is_idle() ? FLAGOS_SUCCESS : FLAGOS_ERROR_NOT_READY; }
 
 Status Sim::stream_synchronize(Stream& s) {
-  if (s.on_worker() && !s.is_idle()) return waits_for_itself("stream_synchronize");
+  if (!s.is_idle() && s.on_worker()) return waits_for_itself("stream_synchronize");
   s.synchronize();
   return FLAGOS_SUCCESS;
 }
