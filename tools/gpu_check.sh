@@ -4,7 +4,7 @@
 # (tools/fetch_gpu_wheels.sh fetches them; name .whl in the run's carry).
 # Usage: tools/gpu_check.sh STEP...   steps: build conformance demo bench model sweep tests
 #        nox compile dist profile gems gems-tests gems-bench gems-model gems-sweep zoo zoo-gems native
-#        tune tune-tests quant mxfp4 faults
+#        tune tune-tests quant quant-sweep mxfp4 faults
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:-/tmp/flagos-out}; mkdir -p "$OUT"
@@ -97,6 +97,9 @@ print(flagos.routing.explain('aten::mm')); print(flagos.routing.stats())" 2>&1 |
              -p no:cacheprovider --durations=5 packages/flagos-quant/tests 2>&1 | tee "$OUT/quant-tests.log" | tail -15
            FLAGOS_HAL=cuda timeout 400 python3 packages/flagos-quant/benchmarks/quant_bench.py \
              --json "$OUT/quant.json" 2>&1 | tee "$OUT/quant-bench.log" | tail -40 ;;
+    # The packed linear kernels' tile shapes on the GPU's own tensors, against bf16.
+    quant-sweep) step quant-sweep; FLAGOS_HAL=cuda timeout 500 python3 packages/flagos-quant/benchmarks/packed_kernel_sweep.py \
+             --json "$OUT/packed-sweep.json" 2>&1 | tee "$OUT/packed-sweep.log" | tail -30 ;;
     mxfp4) step mxfp4; FLAGOS_HAL=cuda FLAGOS_TEST_HW=cuda timeout 200 python3 -m pytest -q -p no:cacheprovider \
              packages/flagos-quant/tests/test_mxfp4.py 2>&1 | tee "$OUT/mxfp4-tests.log" | tail -8
            FLAGOS_HAL=cuda timeout 300 python3 packages/flagos-quant/benchmarks/mxfp4_moe_bench.py \

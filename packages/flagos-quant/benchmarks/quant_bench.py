@@ -227,7 +227,17 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="also write the results as JSON here")
     ap.add_argument("--min-time", type=float, default=0.3,
                     help="seconds of calls per linear-layer timing (default 0.3)")
+    ap.add_argument("--batches", default="1,16",
+                    help="activation rows of the linear-layer timings (default 1,16)")
     args = ap.parse_args()
+    done: list[Table] = []
+
+    def report(table: Table) -> None:  # as each table completes: a cut run keeps them
+        print(table.format(), end="\n\n", flush=True)
+        done.append(table)
+        if args.json:
+            write_json(args.json, done)
+
     gpu = _twin_is_cuda()
     quick = args.quick or not gpu
     shapes = [(1024, 1024)] if quick else [(4096, 4096), (14336, 4096), (4096, 14336)]
@@ -244,8 +254,9 @@ def main() -> None:
                    ["shape", "case", "flagos us", "vs flagos bf16", "native cuda us",
                     "vs native cuda"], notes=[*NOTES, ("native cuda = the same computation "
                                                        "on plain CUDA tensors, same process")])
-    for row in bench_linears(shapes, [1, 16], min_time):
+    for row in bench_linears(shapes, [int(b) for b in args.batches.split(",")], min_time):
         linear.add(*row[1:])
+    report(linear)
     decode = Table("quant-decode", "Llama decode step (batch 1, KV cache) with FP8 / NVFP4 "
                    "weights vs bf16", ["model", "case", "flagos us per token",
                                        "vs flagos bf16", "GPU kernel us per token",
@@ -258,15 +269,12 @@ def main() -> None:
                              ylabel="time / bf16 on flagos", reference=1.0))
     for row in bench_decode(cfg, steps=4 if quick else 32, prompt=16 if quick else 64):
         decode.add(*row[1:])
+    report(decode)
     acc = Table("quant-accuracy", "FP8 _scaled_mm, emulated and native, vs float64 of the "
                 "same FP8 operands", ["shape", "case", "relative L2 error"], notes=NOTES)
     for row in accuracy(16, 1024 if quick else 4096, 1024 if quick else 4096):
         acc.add(*row[1:3], row[-1])
-    tables = [linear, decode, acc]
-    for t in tables:
-        print(t.format(), end="\n\n")
-    if args.json:
-        write_json(args.json, tables)
+    report(acc)
 
 
 if __name__ == "__main__":

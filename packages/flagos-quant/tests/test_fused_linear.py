@@ -184,10 +184,11 @@ def test_triton_fp8_kernel_matches_the_definition(interpreted, dtype, m) -> None
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-def test_triton_nvfp4_kernel_matches_the_definition(interpreted, dtype) -> None:
+@pytest.mark.parametrize("m", [1, 3])
+def test_triton_nvfp4_kernel_matches_the_definition(interpreted, dtype, m) -> None:
     w = torch.randn(40, 96)
     packed, scale, glob = quantize_nvfp4(w)
-    x = torch.randn(3, 96).to(dtype)
+    x = torch.randn(m, 96).to(dtype)
     got = interpreted.nvfp4_linear(x, packed, scale, glob, None)
     want = F.linear(x.float(), dequantize_fp4(packed, scale, 16, glob).to(dtype).float())
     torch.testing.assert_close(got.float(), want, **TOL[dtype])
@@ -200,3 +201,22 @@ def test_triton_declines_what_it_does_not_take(interpreted) -> None:
     # scale blocks narrower than a K-tile (which holds one scale per column)
     qb, sb = quantize_fp8_blocks(torch.randn(8, 192), (8, 48))
     assert interpreted.fp8_linear(torch.randn(2, 192), qb, sb, [8, 48], None) is None
+
+
+@pytest.mark.parametrize("tile", [(4, 256, 4, 2), (1, 128, 4, 2), (8, 64, 4, 2)])
+def test_triton_one_row_kernels_match_for_every_tile_shape(interpreted, tile) -> None:
+    # K = 384: tiles wider than, equal to and narrower than a 128-wide scale block, and a
+    # last tile that runs past K
+    for name, q, s, block in _fp8_cases(24, 384, seed=5):
+        x = torch.randn(1, 384)
+        with interpreted.gemv_tile(*tile):
+            got = interpreted.fp8_linear(x, q, s.reshape(1, 1) if block is None else s,
+                                         list(block or (24, 384)), None)
+        torch.testing.assert_close(got, _want_fp8(x, q, s, block, None), **TOL[torch.float32],
+                                   msg=name)
+    packed, scale, glob = quantize_nvfp4(torch.randn(24, 384))
+    x = torch.randn(1, 384)
+    with interpreted.gemv_tile(*tile):
+        got = interpreted.nvfp4_linear(x, packed, scale, glob, None)
+    want = F.linear(x, dequantize_fp4(packed, scale, 16, glob))
+    torch.testing.assert_close(got, want, **TOL[torch.float32])

@@ -68,7 +68,12 @@ def test_rowwise_matches_rule_and_torch_cpu_kernel() -> None:
     w = (wf / sw).to(torch.float8_e4m3fn)
     want = _reference(dequantize_fp8(a, sa, (1, K)), dequantize_fp8(w, sw, (1, K)))
     _check_v1(a, w.t(), sa, sw.t(), want)
-    _close_to_native(torch._scaled_mm(a, w.t(), sa, sw.t(), out_dtype=torch.bfloat16), want)
+    try:
+        native = torch._scaled_mm(a, w.t(), sa, sw.t(), out_dtype=torch.bfloat16)
+    except RuntimeError as e:  # older torch releases: the CPU kernel is per-tensor only
+        assert "only supports per-tensor" in str(e), e
+        return
+    _close_to_native(native, want)
 
 
 def test_deepseek_blocks_1x128_activations_128x128_weights() -> None:
@@ -77,7 +82,8 @@ def test_deepseek_blocks_1x128_activations_128x128_weights() -> None:
     want = _reference(dequantize_fp8(a, sa, (1, 128)), dequantize_fp8(w, sw, (128, 128)))
     _check_v1(a, w.t(), sa, sw.t(), want)
     # torch's CPU kernel rejects block scales; the emulation is what runs them
-    with pytest.raises((RuntimeError, ValueError), match="Invalid scaling"):
+    with pytest.raises((RuntimeError, ValueError),
+                       match="Invalid scaling|only supports per-tensor"):
         torch._scaled_mm(a, w.t(), sa, sw.t(), out_dtype=torch.bfloat16)
 
 

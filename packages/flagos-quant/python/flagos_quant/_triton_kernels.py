@@ -85,3 +85,101 @@ def nvfp4_kernel(x, w, s, g, b, y, M, N, K: tl.constexpr, sxm, sxk, swn, swk, ss
         acc += tl.load(b + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
     tl.store(y + rm[:, None] * sym + rn[None, :] * syn, acc.to(y.dtype.element_ty),
              mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@triton.jit
+def fp8_row_tile(x, w, row, rn, nmask, k0, K: tl.constexpr, sxm, sxk, swn, swk,
+                 BLOCK_K: tl.constexpr):
+    # K-tile k0 of activation row `row` and of weight rows rn, in float32
+    rk = k0 + tl.arange(0, BLOCK_K)
+    kmask = rk < K
+    xt = tl.load(x + row * sxm + rk * sxk, mask=kmask, other=0.0).to(tl.float32)
+    wt = tl.load(w + rn[:, None] * swn + rk[None, :] * swk,
+                 mask=nmask[:, None] & kmask[None, :], other=0.0).to(tl.float32)
+    return xt, wt
+
+
+@triton.jit
+def fp8_gemv_kernel(x, w, s, b, y, N, K: tl.constexpr, sxm, sxk, swn, swk, ssn, ssk, sym, syn,
+                    scale_rows, scale_cols, HAS_BIAS: tl.constexpr, SCALE_K: tl.constexpr,
+                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    # One activation row (decode): the weight's bytes bound the time, so no matrix units;
+    # each program reduces BLOCK_N weight rows over K with float32 products kept per lane
+    # and summed once at the end. SCALE_K is the scale block's width along K (0: one
+    # scale per row, applied to the row's sum).
+    pid_n = tl.program_id(0)
+    row = tl.program_id(1)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    nmask = rn < N
+    srow = s + (rn // scale_rows) * ssn
+    if SCALE_K > 0 and BLOCK_K > SCALE_K:
+        # several scale blocks per K-tile: the tile is viewed as [BLOCK_N, blocks, SCALE_K]
+        # and each block's sum is scaled once
+        NB: tl.constexpr = BLOCK_K // SCALE_K
+        acc = tl.zeros((BLOCK_N, NB), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            xt, wt = fp8_row_tile(x, w, row, rn, nmask, k0, K, sxm, sxk, swn, swk, BLOCK_K)
+            part = tl.sum(tl.reshape(wt * xt[None, :], (BLOCK_N, NB, SCALE_K)), axis=2)
+            rb = k0 // SCALE_K + tl.arange(0, NB)
+            st = tl.load(srow[:, None] + rb[None, :] * ssk,
+                         mask=nmask[:, None] & (rb[None, :] * SCALE_K < K), other=0.0)
+            acc += part * st
+    else:
+        acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            xt, wt = fp8_row_tile(x, w, row, rn, nmask, k0, K, sxm, sxk, swn, swk, BLOCK_K)
+            if SCALE_K > 0:  # the K-tile lies in one scale block: one scale per row
+                st = tl.load(srow + (k0 // SCALE_K) * ssk, mask=nmask, other=0.0)
+                acc += wt * xt[None, :] * st[:, None]
+            else:
+                acc += wt * xt[None, :]
+    out = tl.sum(acc, axis=1)
+    if SCALE_K == 0:
+        out = out * tl.load(srow, mask=nmask, other=0.0)
+    if HAS_BIAS:
+        out += tl.load(b + rn, mask=nmask, other=0.0).to(tl.float32)
+    tl.store(y + row * sym + rn * syn, out.to(y.dtype.element_ty), mask=nmask)
+
+
+@triton.jit
+def e2m1_times_2_14(code):
+    # nibble -> float32 times 2^14, by placing its bits in a float16: sign bit 3 -> bit 15,
+    # exponent and mantissa bits 2-0 -> bits 11-9. That is the float16 2^(e-15)(1 + m/2)
+    # for e > 0 and m 2^-15 for e == 0 (a subnormal): E2M1's value times 2^-14 in both
+    # cases, which the caller folds into the block scale.
+    c = code.to(tl.int16)
+    return (((c & 7) << 9) | ((c & 8) << 12)).to(tl.float16, bitcast=True).to(tl.float32)
+
+
+@triton.jit
+def nvfp4_gemv_kernel(x, w, s, g, b, y, N, K: tl.constexpr, sxm, sxk, swn, swk, ssn, ssk,
+                      sym, syn, HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr,
+                      BLOCK_K: tl.constexpr):
+    # One activation row, as fp8_gemv_kernel. A K-tile of BLOCK_K elements is BLOCK_K // 2
+    # bytes in BLOCK_K // 16 scale blocks of 8 bytes: the tile is viewed as
+    # [BLOCK_N, blocks, 8] so each block's sum is scaled by its E4M3 scale once.
+    pid_n = tl.program_id(0)
+    row = tl.program_id(1)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    nmask = rn < N
+    NB: tl.constexpr = BLOCK_K // 16
+    acc = tl.zeros((BLOCK_N, NB), dtype=tl.float32)
+    for j0 in range(0, K // 2, BLOCK_K // 2):
+        rj = j0 + tl.arange(0, BLOCK_K // 2)
+        jmask = rj < K // 2
+        x_even = tl.load(x + row * sxm + (2 * rj) * sxk, mask=jmask, other=0.0).to(tl.float32)
+        x_odd = tl.load(x + row * sxm + (2 * rj + 1) * sxk, mask=jmask,
+                        other=0.0).to(tl.float32)
+        byte = tl.load(w + rn[:, None] * swn + rj[None, :] * swk,
+                       mask=nmask[:, None] & jmask[None, :], other=0)
+        prod = e2m1_times_2_14(byte & 15) * x_even[None, :] + \
+            e2m1_times_2_14(byte >> 4) * x_odd[None, :]
+        part = tl.sum(tl.reshape(prod, (BLOCK_N, NB, 8)), axis=2)
+        rb = j0 // 8 + tl.arange(0, NB)
+        st = tl.load(s + rn[:, None] * ssn + rb[None, :] * ssk,
+                     mask=nmask[:, None] & (rb[None, :] < K // 16), other=0.0).to(tl.float32)
+        acc += part * st
+    out = tl.sum(acc, axis=1) * (tl.load(g).to(tl.float32) * 16384.0)  # 2^14: see e2m1_times_2_14
+    if HAS_BIAS:
+        out += tl.load(b + rn, mask=nmask, other=0.0).to(tl.float32)
+    tl.store(y + row * sym + rn * syn, out.to(y.dtype.element_ty), mask=nmask)

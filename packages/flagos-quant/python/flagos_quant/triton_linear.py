@@ -18,6 +18,7 @@ the functions return None and the caller computes the reference formula.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 
@@ -30,13 +31,38 @@ _MIN_BLOCK_K = 64  # the smallest K-tile of the configs
 _FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
-def _configs(triton, small_m: bool):
-    if small_m:  # decode: bound by the weight's bytes, so many narrow column tiles
-        shapes = [(16, bn, bk, w, st) for bn in (16, 32, 64) for bk in (64, 128, 256)
-                  for w, st in ((2, 4), (4, 4))]
-    else:
-        shapes = [(bm, bn, bk, w, 3) for bm, bn in ((64, 64), (64, 128), (128, 128))
+# Tile shapes the autotuner picks from, (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages),
+# for up to 16 activation rows and for more.
+SMALL_M_SHAPES = [(16, bn, bk, w, 4) for bn in (16, 32, 64) for bk in (64, 128, 256)
+                  for w in (2, 4)]
+LARGE_M_SHAPES = [(bm, bn, bk, w, 3) for bm, bn in ((64, 64), (64, 128), (128, 128))
                   for bk in (64, 128) for w in (4, 8)]
+# The one-row kernels' tile (BLOCK_N, BLOCK_K, num_warps, num_stages), fixed rather than
+# autotuned: on the H200 the best tiles of the decode layers of a Llama-3-8B lie within a
+# few percent of each other (benchmarks/packed_kernel_sweep.py), the autotuner's timing of
+# kernels this short picked tiles 2-7x slower than the best, and a fixed tile costs no
+# tuning at a layer's first call.
+FP8_GEMV_TILE = (1, 1024, 4, 2)
+NVFP4_GEMV_TILE = (8, 1024, 4, 2)
+GEMV_MAX_M = 1  # rows up to which the matrix-unit-free kernel runs
+_forced_gemv_tile: tuple[int, int, int, int] | None = None
+
+
+@contextlib.contextmanager
+def gemv_tile(block_n: int, block_k: int, num_warps: int, num_stages: int):
+    """Run the one-row kernels with this tile shape instead of their fixed one (the
+    tile-shape sweep of benchmarks/packed_kernel_sweep.py)."""
+    global _forced_gemv_tile
+    saved = _forced_gemv_tile
+    _forced_gemv_tile = (block_n, block_k, num_warps, num_stages)
+    try:
+        yield
+    finally:
+        _forced_gemv_tile = saved
+
+
+def _configs(triton, kind: str):
+    shapes = SMALL_M_SHAPES if kind == "small" else LARGE_M_SHAPES
     return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w,
                           num_stages=st) for bm, bn, bk, w, st in shapes]
 
@@ -45,8 +71,19 @@ def _k_tiles_within_scale_blocks(configs, named_args, **kwargs):
     """The FP8 kernel's tiles along K must not straddle a scale block (one scale per
     output column and tile): keep the configs whose BLOCK_K divides the block, or any
     when the block is the whole K."""
-    cols, k = named_args["scale_cols"], named_args["K"]
+    args = {**named_args, **kwargs}  # the launcher passes every argument by name
+    cols, k = args["scale_cols"], args["K"]
     return [c for c in configs if cols >= k or cols % c.kwargs["BLOCK_K"] == 0]
+
+
+def _gemv_meta(tile: tuple[int, int, int, int], scale_k: int) -> dict:
+    """The launch parameters of a one-row kernel: ``tile``, its K-tile narrowed where it
+    would neither lie in one scale block nor span whole ones (blocks of a width that is not
+    a power of two: the tile is reshaped by the width)."""
+    bn, bk, warps, stages = tile
+    if scale_k and scale_k % bk and (scale_k & (scale_k - 1) or bk % scale_k):
+        bk = scale_k & -scale_k  # its largest power-of-two divisor
+    return {"BLOCK_N": bn, "BLOCK_K": bk, "num_warps": warps, "num_stages": stages}
 
 
 @functools.cache
@@ -58,31 +95,51 @@ def _kernels():
     except ImportError:
         return None
 
-    def tuned(fn, prune=None):
+    def tuned(gemv_fn, matmul_fn, scaled: bool):
+        """(one-row kernel, matrix-unit kernel for up to 16 rows, and for more)."""
         if os.environ.get("TRITON_INTERPRET") == "1":  # no timing under the interpreter
-            return fn, fn
-        key = ["N", "K", "M_BUCKET"] + (["scale_cols"] if prune else [])
-        pruning = {"early_config_prune": prune} if prune else None
-        return tuple(triton.autotune(_configs(triton, small), key=key,
-                                     prune_configs_by=pruning)(fn) for small in (True, False))
+            return gemv_fn, matmul_fn, matmul_fn
+        key = ["N", "K", "M_BUCKET"] + (["scale_cols"] if scaled else [])
+        pruning = {"early_config_prune": _k_tiles_within_scale_blocks} if scaled else None
+        return (gemv_fn,) + tuple(triton.autotune(_configs(triton, kind), key=key,
+                                                  prune_configs_by=pruning)(matmul_fn)
+                                  for kind in ("small", "large"))
 
-    return triton, tuned(k.fp8_kernel, _k_tiles_within_scale_blocks), tuned(k.nvfp4_kernel)
+    return (triton, tuned(k.fp8_gemv_kernel, k.fp8_kernel, True),
+            tuned(k.nvfp4_gemv_kernel, k.nvfp4_kernel, False))
 
 
 def _m_bucket(m: int) -> int:
     return 16 if m <= 16 else min(1 << (m - 1).bit_length(), 4096)
 
 
-def _launch(kernels, m: int, n: int, *args, **meta) -> None:
-    triton, decode, prefill = kernels
-    kernel = decode if m <= 16 else prefill
-    if not hasattr(kernel, "configs"):  # the interpreter: one small tile shape
-        meta.update(BLOCK_M=16, BLOCK_N=32, BLOCK_K=_MIN_BLOCK_K)
+def _launch(triton, kernels, x: torch.Tensor, y: torch.Tensor, gemv_only: dict,
+            gemv_tile: tuple[int, int, int, int], **args) -> None:
+    """The one-row kernel for ``m <= GEMV_MAX_M`` (one program row per activation row, with
+    ``gemv_tile`` unless :func:`gemv_tile` says otherwise), else the matrix-unit kernel;
+    ``gemv_only`` are the arguments only the former takes."""
+    gemv, small, large = kernels
+    (m, k), n = x.shape, y.shape[1]
+    args.update(x=x, y=y, N=n, K=k, sxm=x.stride(0), sxk=x.stride(1), sym=y.stride(0),
+                syn=y.stride(1))
+    if m <= GEMV_MAX_M:
+        args.update(gemv_only)
+        tile = tuple(_forced_gemv_tile) if _forced_gemv_tile else gemv_tile
+        if os.environ.get("TRITON_INTERPRET") == "1" and not _forced_gemv_tile:
+            tile = (4, _MIN_BLOCK_K, 4, 2)  # small tiles: the interpreter runs them in NumPy
+        args.update(_gemv_meta(tile, gemv_only.get("SCALE_K", 0)))
+        gemv[(triton.cdiv(n, args["BLOCK_N"]), m)](**args)
+        return
+    kernel = small if m <= 16 else large
+    args.update(M=m, M_BUCKET=_m_bucket(m), IEEE=x.dtype == torch.float32)
+    interp = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": _MIN_BLOCK_K}
 
     def grid(c):
         return triton.cdiv(n, c["BLOCK_N"]), triton.cdiv(m, c["BLOCK_M"])
 
-    kernel[grid](*args, M_BUCKET=_m_bucket(m), **meta)
+    if not hasattr(kernel, "configs"):  # the interpreter: one small tile shape
+        args.update(interp)
+    kernel[grid](**args)
 
 
 def fp8_linear(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor,
@@ -96,14 +153,12 @@ def fp8_linear(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor
             or weight.numel() == 0 \
             or (block[1] < x.shape[1] and block[1] % _MIN_BLOCK_K):  # tiles would straddle
         return None
-    (m, kk), n = x.shape, weight.shape[0]
-    y = torch.empty((m, n), dtype=x.dtype, device=x.device)
-    b = bias if bias is not None else y
-    _launch((k[0], *k[1]), m, n, x, weight, weight_scale, b, y, m, n, kk,
-            x.stride(0), x.stride(1), weight.stride(0), weight.stride(1),
-            weight_scale.stride(0), weight_scale.stride(1), y.stride(0), y.stride(1),
-            int(block[0]), int(block[1]), HAS_BIAS=bias is not None,
-            IEEE=x.dtype == torch.float32)
+    y = torch.empty((x.shape[0], weight.shape[0]), dtype=x.dtype, device=x.device)
+    scale_k = int(block[1]) if block[1] < x.shape[1] else 0
+    _launch(k[0], k[1], x, y, {"SCALE_K": scale_k}, FP8_GEMV_TILE, w=weight,
+            s=weight_scale, b=bias if bias is not None else y, HAS_BIAS=bias is not None,
+            swn=weight.stride(0), swk=weight.stride(1), ssn=weight_scale.stride(0),
+            ssk=weight_scale.stride(1), scale_rows=int(block[0]), scale_cols=int(block[1]))
     return y
 
 
@@ -117,11 +172,9 @@ def nvfp4_linear(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tens
             or weight_scale_2.numel() != 1 or (bias is not None and bias.dtype != x.dtype) \
             or x.numel() == 0 or weight.numel() == 0:
         return None
-    (m, kk), n = x.shape, weight.shape[0]
-    y = torch.empty((m, n), dtype=x.dtype, device=x.device)
-    b = bias if bias is not None else y
-    _launch((k[0], *k[2]), m, n, x, weight, weight_scale, weight_scale_2.reshape(1).float(),
-            b, y, m, n, kk, x.stride(0), x.stride(1), weight.stride(0), weight.stride(1),
-            weight_scale.stride(0), weight_scale.stride(1), y.stride(0), y.stride(1),
-            HAS_BIAS=bias is not None, IEEE=x.dtype == torch.float32)
+    y = torch.empty((x.shape[0], weight.shape[0]), dtype=x.dtype, device=x.device)
+    _launch(k[0], k[2], x, y, {}, NVFP4_GEMV_TILE, w=weight, s=weight_scale,
+            g=weight_scale_2.reshape(1).float(), b=bias if bias is not None else y,
+            HAS_BIAS=bias is not None, swn=weight.stride(0), swk=weight.stride(1),
+            ssn=weight_scale.stride(0), ssk=weight_scale.stride(1))
     return y
