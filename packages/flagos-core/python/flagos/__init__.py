@@ -14,6 +14,10 @@ from flagos._runtime import init as _init
 
 _init()
 
+from flagos._autograd_teardown import install as _install_autograd_teardown
+
+_install_autograd_teardown()
+
 from flagos import routing as routing
 from flagos._routing_backend import install as _install_routing
 from flagos.api import *
