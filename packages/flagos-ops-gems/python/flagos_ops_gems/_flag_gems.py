@@ -15,6 +15,7 @@ import time
 import warnings
 from types import MappingProxyType
 
+from ._fused_adapters import fused_kernels
 from ._library import KernelLibrary, LibraryUnavailable, OpTable
 
 __all__ = ["SUPPORTED", "FlagGems"]
@@ -39,6 +40,7 @@ class FlagGems(KernelLibrary):
 
     name = "FlagGems"
     keyword_aliases = MappingProxyType({"generator": "gen"})  # multinomial(..., *, gen=None) in 5.0
+    declines_expanded_tensors = True  # wrong results with them on the H200 (_expanded.py)
 
     def __init__(self) -> None:
         self.import_seconds: float | None = None
@@ -101,5 +103,7 @@ def _op_table(flag_gems) -> tuple[dict[str, object], str]:
         name, _, overload = key.partition(".")
         full = f"aten::{name}" if overload in ("", "default") else f"aten::{name}.{overload}"
         table[full] = fn
+    for op, fn in fused_kernels(flag_gems).items():
+        table.setdefault(op, fn)
     return table, recorder.device.name
 

@@ -17,6 +17,7 @@ from collections.abc import Callable
 import torch
 from flagos.routing import Provider
 
+from ._expanded import decline_expanded
 from ._keywords import adapt_keywords
 from ._library import KernelLibrary, LibraryUnavailable, OpTable
 
@@ -80,8 +81,10 @@ class KernelLibraryProvider(Provider):
                 # such rather than as their out= forms.
                 route_ops_as_themselves(op for op in table if _reaches_flagos(op))
                 aliases = self.library.keyword_aliases
-                self._loaded = ({op: adapt_keywords(op, k, aliases) for op, k in table.items()},
-                                frozenset(twins))
+                kernels = {op: adapt_keywords(op, k, aliases) for op, k in table.items()}
+                if self.library.declines_expanded_tensors:
+                    kernels = {op: decline_expanded(k) for op, k in kernels.items()}
+                self._loaded = (kernels, frozenset(twins))
         return self._loaded
 
     def ops(self) -> list[str]:
