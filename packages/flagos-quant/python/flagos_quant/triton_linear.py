@@ -38,10 +38,10 @@ SMALL_M_SHAPES = [(16, bn, bk, w, 4) for bn in (16, 32, 64) for bk in (64, 128, 
 LARGE_M_SHAPES = [(bm, bn, bk, w, 3) for bm, bn in ((64, 64), (64, 128), (128, 128))
                   for bk in (64, 128) for w in (4, 8)]
 # The one-row kernels' tile (BLOCK_N, BLOCK_K, num_warps, num_stages), fixed rather than
-# autotuned: on the H200 the best tiles of the decode layers of a Llama-3-8B lie within a
-# few percent of each other (benchmarks/packed_kernel_sweep.py), the autotuner's timing of
-# kernels this short picked tiles 2-7x slower than the best, and a fixed tile costs no
-# tuning at a layer's first call.
+# autotuned: on the H200 it is within 0-25% of the best of ten tiles on each decode layer
+# of a Llama-3-8B (benchmarks/packed_kernel_sweep.py), the autotuner's timing of kernels
+# this short picked tiles 2-7x slower than the best, and a fixed tile costs no tuning at
+# a layer's first call.
 FP8_GEMV_TILE = (1, 1024, 4, 2)
 NVFP4_GEMV_TILE = (8, 1024, 4, 2)
 GEMV_MAX_M = 1  # rows up to which the matrix-unit-free kernel runs
