@@ -74,6 +74,21 @@ def _no_python_modes():
 _kept: list[torch.Tensor] = []
 
 
+def _drain(variable, index: int) -> None:
+    """One backward pass through flagos device ``index``'s autograd thread."""
+    try:
+        leaf = torch.ones((), device=torch.device("flagos", index), requires_grad=True)
+        out = leaf * 1
+        grad = torch.ones_like(out)
+        _kept.extend((leaf, out, grad))
+        # the engine itself: torch.autograd.backward would stash a Python object in the
+        # pass's thread-local state
+        variable._execution_engine.run_backward(
+            (out,), (grad,), False, False, (), allow_unreachable=True, accumulate_grad=True)
+    except Exception:  # noqa: BLE001, S110 - a lost device has nothing to drain
+        pass
+
+
 def _drain_device_threads() -> None:
     from torch.autograd import Variable
 
@@ -82,18 +97,14 @@ def _drain_device_threads() -> None:
     try:
         if not api.is_initialized() or not _device_threads_started():
             return
+        devices = range(api.device_count())
+    except Exception:  # noqa: BLE001 - exit must go on
+        return
+    try:
         with _no_python_modes(), torch.enable_grad():
-            for index in range(api.device_count()):
-                leaf = torch.ones((), device=torch.device("flagos", index), requires_grad=True)
-                out = leaf * 1
-                grad = torch.ones_like(out)
-                _kept.extend((leaf, out, grad))
-                # the engine itself: torch.autograd.backward would stash a Python object
-                # in the pass's thread-local state
-                Variable._execution_engine.run_backward(
-                    (out,), (grad,), False, False, (), allow_unreachable=True,
-                    accumulate_grad=True)
-    except Exception:  # noqa: BLE001, S110 - exit must go on; a broken device has nothing to drain
+            for index in devices:
+                _drain(Variable, index)
+    except Exception:  # noqa: BLE001, S110 - exit must go on (a torch without these internals)
         pass
 
 
