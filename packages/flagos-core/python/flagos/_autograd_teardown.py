@@ -29,6 +29,7 @@ import contextlib
 import os
 
 import torch
+from torch.autograd import Variable
 
 __all__ = ["install"]
 
@@ -74,7 +75,7 @@ def _no_python_modes():
 _kept: list[torch.Tensor] = []
 
 
-def _drain(variable, index: int) -> None:
+def _drain(index: int) -> None:
     """One backward pass through flagos device ``index``'s autograd thread."""
     try:
         leaf = torch.ones((), device=torch.device("flagos", index), requires_grad=True)
@@ -83,15 +84,13 @@ def _drain(variable, index: int) -> None:
         _kept.extend((leaf, out, grad))
         # the engine itself: torch.autograd.backward would stash a Python object in the
         # pass's thread-local state
-        variable._execution_engine.run_backward(
+        Variable._execution_engine.run_backward(
             (out,), (grad,), False, False, (), allow_unreachable=True, accumulate_grad=True)
     except Exception:  # noqa: BLE001, S110 - a lost device has nothing to drain
         pass
 
 
 def _drain_device_threads() -> None:
-    from torch.autograd import Variable
-
     from flagos import api
 
     try:
@@ -103,7 +102,7 @@ def _drain_device_threads() -> None:
     try:
         with _no_python_modes(), torch.enable_grad():
             for index in devices:
-                _drain(Variable, index)
+                _drain(index)
     except Exception:  # noqa: BLE001, S110 - exit must go on (a torch without these internals)
         pass
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+from typing import NamedTuple
 
 import torch
 
@@ -86,6 +87,16 @@ def _gemv_meta(tile: tuple[int, int, int, int], scale_k: int) -> dict:
     return {"BLOCK_N": bn, "BLOCK_K": bk, "num_warps": warps, "num_stages": stages}
 
 
+class _Family(NamedTuple):
+    """One format's kernels: the one-row kernel and the matrix-unit kernel for up to 16
+    rows and for more (autotuned; the plain kernels under Triton's interpreter)."""
+
+    gemv: object
+    small: object
+    large: object
+    interpreted: bool
+
+
 @functools.cache
 def _kernels():
     try:
@@ -94,51 +105,50 @@ def _kernels():
         from . import _triton_kernels as k
     except ImportError:
         return None
+    interpreted = os.environ.get("TRITON_INTERPRET") == "1"  # read by Triton at import too
 
-    def tuned(gemv_fn, matmul_fn, scaled: bool):
-        """(one-row kernel, matrix-unit kernel for up to 16 rows, and for more)."""
-        if os.environ.get("TRITON_INTERPRET") == "1":  # no timing under the interpreter
-            return gemv_fn, matmul_fn, matmul_fn
+    def family(gemv_fn, matmul_fn, scaled: bool) -> _Family:
+        if interpreted:  # no timing under the interpreter
+            return _Family(gemv_fn, matmul_fn, matmul_fn, True)
         key = ["N", "K", "M_BUCKET"] + (["scale_cols"] if scaled else [])
         pruning = {"early_config_prune": _k_tiles_within_scale_blocks} if scaled else None
-        return (gemv_fn,) + tuple(triton.autotune(_configs(triton, kind), key=key,
-                                                  prune_configs_by=pruning)(matmul_fn)
-                                  for kind in ("small", "large"))
+        small, large = (triton.autotune(_configs(triton, kind), key=key,
+                                        prune_configs_by=pruning)(matmul_fn)
+                        for kind in ("small", "large"))
+        return _Family(gemv_fn, small, large, False)
 
-    return (triton, tuned(k.fp8_gemv_kernel, k.fp8_kernel, True),
-            tuned(k.nvfp4_gemv_kernel, k.nvfp4_kernel, False))
+    return (triton, family(k.fp8_gemv_kernel, k.fp8_kernel, True),
+            family(k.nvfp4_gemv_kernel, k.nvfp4_kernel, False))
 
 
 def _m_bucket(m: int) -> int:
     return 16 if m <= 16 else min(1 << (m - 1).bit_length(), 4096)
 
 
-def _launch(triton, kernels, x: torch.Tensor, y: torch.Tensor, gemv_only: dict,
+def _launch(triton, kernels: _Family, x: torch.Tensor, y: torch.Tensor, gemv_only: dict,
             gemv_tile: tuple[int, int, int, int], **args) -> None:
     """The one-row kernel for ``m <= GEMV_MAX_M`` (one program row per activation row, with
     ``gemv_tile`` unless :func:`gemv_tile` says otherwise), else the matrix-unit kernel;
-    ``gemv_only`` are the arguments only the former takes."""
-    gemv, small, large = kernels
+    ``gemv_only`` are the arguments only the former takes. Under the interpreter, which
+    runs the kernels in NumPy, tiles are small."""
     (m, k), n = x.shape, y.shape[1]
     args.update(x=x, y=y, N=n, K=k, sxm=x.stride(0), sxk=x.stride(1), sym=y.stride(0),
                 syn=y.stride(1))
     if m <= GEMV_MAX_M:
         args.update(gemv_only)
-        tile = tuple(_forced_gemv_tile) if _forced_gemv_tile else gemv_tile
-        if os.environ.get("TRITON_INTERPRET") == "1" and not _forced_gemv_tile:
-            tile = (4, _MIN_BLOCK_K, 4, 2)  # small tiles: the interpreter runs them in NumPy
+        tile = _forced_gemv_tile or ((4, _MIN_BLOCK_K, 4, 2) if kernels.interpreted
+                                     else gemv_tile)
         args.update(_gemv_meta(tile, gemv_only.get("SCALE_K", 0)))
-        gemv[(triton.cdiv(n, args["BLOCK_N"]), m)](**args)
+        kernels.gemv[(triton.cdiv(n, args["BLOCK_N"]), m)](**args)
         return
-    kernel = small if m <= 16 else large
+    kernel = kernels.small if m <= 16 else kernels.large
     args.update(M=m, M_BUCKET=_m_bucket(m), IEEE=x.dtype == torch.float32)
-    interp = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": _MIN_BLOCK_K}
+    if kernels.interpreted:
+        args.update(BLOCK_M=16, BLOCK_N=32, BLOCK_K=_MIN_BLOCK_K)
 
     def grid(c):
         return triton.cdiv(n, c["BLOCK_N"]), triton.cdiv(m, c["BLOCK_M"])
 
-    if not hasattr(kernel, "configs"):  # the interpreter: one small tile shape
-        args.update(interp)
     kernel[grid](**args)
 
 
