@@ -205,3 +205,26 @@ def test_every_op_of_a_training_step(device0) -> None:
     assert len(checked) > 20
     assert not [(op, p, r["last_error"]) for op, p, r in rows if r.get("mismatches")]
     assert all("shadowed" in r for op, p, r in rows if r["calls"]), "an op was not checked"
+
+
+def test_ops_the_cpu_reference_cannot_run(device0) -> None:
+    """A convolution shadowed against the CPU: its forward (convolution_overrideable, which
+    torch's CPU kernels do not serve) is checked against aten::convolution; a backward the
+    reference cannot run is counted as unchecked and its results stand, unchanged."""
+    shadow.enable("*", rate=1.0)
+    routing.reset_stats()
+    conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+    x = torch.randn(2, 3, 8, 8)
+    conv_f, x_f = torch.nn.Conv2d(3, 4, 3, padding=1).to("flagos"), x.to("flagos")
+    conv_f.load_state_dict(conv.state_dict())
+    conv(x).square().sum().backward()
+    conv_f(x_f).square().sum().backward()
+    torch.testing.assert_close(conv_f.weight.grad.cpu(), conv.weight.grad, rtol=1e-4, atol=1e-4)
+    rows = {op: r for op, by in routing.stats().items() for p, r in by.items()
+            if "convolution" in op and "shadowed" in r}
+    forward = rows["aten::convolution_overrideable"]
+    assert forward["shadowed"] >= 1 and forward["mismatches"] == 0 and not forward["unchecked"]
+    assert not [r["last_error"] for r in rows.values() if r["mismatches"]]
+    for op, r in rows.items():
+        if r["unchecked"]:
+            assert r["last_unchecked"], op
