@@ -17,6 +17,10 @@ what the host spends per call), each timed four ways in alternating rounds:
 printed from ``flagos.routing.stats()`` (an op that FlagGems does not serve as such, e.g.
 one that decomposes above flagos, shows which ops gems served instead).
 
+``--profile OP[,OP]``: instead, cProfile's top functions for 2000 calls of each named
+host op, through the gems route and with FlagGems on CUDA tensors (where the difference
+between the two is spent).
+
 ``model``: a bf16 TinyLlama training step (forward + backward) on flagos with the gems
 routing file against native CUDA with ``flag_gems.enable()`` (timed in a clean process
 without flagos, see flagos.models.clean_process), throughput ratio native time / flagos time.
@@ -25,6 +29,7 @@ without flagos, see flagos.models.clean_process), throughput ratio native time /
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import sys
 import time
@@ -106,6 +111,35 @@ def bench_host(min_time: float, rounds: int) -> Table:
     return table
 
 
+def profile_host(names: list[str], calls: int = 2000, top: int = 18) -> None:
+    """Prints cProfile's top functions (by own time) of ``calls`` calls of each op: through
+    the gems route on flagos tensors, and with FlagGems on CUDA tensors."""
+    import cProfile
+    import pstats
+
+    import flag_gems
+
+    cuda, fl = flagos.twin_device(0), torch.device("flagos", 0)
+    native_ops, flagos_ops = _ops(cuda), _ops(fl)
+    for name in names:
+        fn, args_n = native_ops[name]
+        args_f = flagos_ops[name][1]
+        with flagos.routing.override({"default": ["gems", "boxing", "cpu"]}):
+            sides = [("gems route", fl, args_f, None)]
+            sides.append(("FlagGems on CUDA", cuda, args_n, flag_gems.use_gems))
+            for label, dev, args, ctx in sides:
+                with ctx() if ctx else contextlib.nullcontext():
+                    fn(*args)
+                    timeit(fn, dev, 0.05, args=args)  # warm
+                    prof = cProfile.Profile()
+                    prof.enable()
+                    for _ in range(calls):
+                        fn(*args)
+                    prof.disable()
+                print(f"\n== {name}, {label}: {calls} calls, by own time", flush=True)
+                pstats.Stats(prof).sort_stats("tottime").print_stats(top)
+
+
 def bench_model(quick: bool) -> Table:
     from flagos.models import LlamaConfig, TinyLlama
     from flagos.models.clean_process import CleanProcessTimer, time_steps
@@ -171,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="shorter timings, smaller model")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--json", default="", help="also write the tables here (JSON)")
+    p.add_argument("--profile", default="", help="host ops to profile instead (see above)")
     args = p.parse_args(argv)
     if flagos.device_count() == 0 or flagos.get_device_properties(0).twin_device != "cuda":
         print("gems_bench: needs a flagos device on a CUDA HAL (FLAGOS_HAL=cuda)")
@@ -182,6 +217,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"# gems bench: torch {torch.__version__}, flagos:0 = {flagos.get_device_name(0)}",
           flush=True)
+    if args.profile:
+        profile_host(args.profile.split(","))
+        return 0
     sections = {"host": lambda: bench_host(0.05 if args.quick else 0.2, args.rounds),
                 "model": lambda: bench_model(args.quick)}
     tables = run_sections(sections, args.only)

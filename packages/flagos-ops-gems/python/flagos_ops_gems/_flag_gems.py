@@ -15,6 +15,7 @@ import time
 import warnings
 from types import MappingProxyType
 
+from ._flat_kernels import guard_flat_kernel
 from ._fused_adapters import fused_kernels
 from ._library import KernelLibrary, LibraryUnavailable, OpTable
 
@@ -40,7 +41,6 @@ class FlagGems(KernelLibrary):
 
     name = "FlagGems"
     keyword_aliases = MappingProxyType({"generator": "gen"})  # multinomial(..., *, gen=None) in 5.0
-    declines_expanded_tensors = True  # wrong results with them on the H200 (_expanded.py)
 
     def __init__(self) -> None:
         self.import_seconds: float | None = None
@@ -102,7 +102,7 @@ def _op_table(flag_gems) -> tuple[dict[str, object], str]:
     for key, fn in recorder.recorded:
         name, _, overload = key.partition(".")
         full = f"aten::{name}" if overload in ("", "default") else f"aten::{name}.{overload}"
-        table[full] = fn
+        table[full] = guard_flat_kernel(fn)  # FlagGems' Hopper kernels: _flat_kernels.py
     for op, fn in fused_kernels(flag_gems).items():
         table.setdefault(op, fn)
     return table, recorder.device.name

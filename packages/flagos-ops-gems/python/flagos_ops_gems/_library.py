@@ -33,10 +33,6 @@ class KernelLibrary:
     """Schema keyword -> the library's own name for it, for kernels that name a kwarg-only
     schema argument otherwise (applied only to kernels lacking the schema's name)."""
 
-    declines_expanded_tensors: bool = False
-    """Decline calls with an expanded tensor argument (stride 0 on a dimension of size
-    above 1), which the chain's next provider then runs (see ``_expanded.py``)."""
-
     def load(self) -> tuple[OpTable, frozenset[str]]:
         """Import the library (called once, on first use) and return its op table and the
         twin device types its kernels run on (``{"cuda"}``, ``{"cpu"}``). Raises

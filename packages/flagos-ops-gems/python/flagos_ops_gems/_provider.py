@@ -17,7 +17,6 @@ from collections.abc import Callable
 import torch
 from flagos.routing import Provider
 
-from ._expanded import decline_expanded
 from ._keywords import adapt_keywords
 from ._library import KernelLibrary, LibraryUnavailable, OpTable
 
@@ -82,8 +81,6 @@ class KernelLibraryProvider(Provider):
                 route_ops_as_themselves(op for op in table if _reaches_flagos(op))
                 aliases = self.library.keyword_aliases
                 kernels = {op: adapt_keywords(op, k, aliases) for op, k in table.items()}
-                if self.library.declines_expanded_tensors:
-                    kernels = {op: decline_expanded(k) for op, k in kernels.items()}
                 self._loaded = (kernels, frozenset(twins))
         return self._loaded
 

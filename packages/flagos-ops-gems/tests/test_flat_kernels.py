@@ -1,0 +1,127 @@
+"""FlagGems' Hopper kernels that index tensors by flat memory offset run only on the calls
+they compute exactly (flagos_ops_gems/_flat_kernels.py); the others are declined to the
+chain's next provider. The kernels here are CPU stand-ins with the same flat indexing, in
+a file at the path FlagGems keeps them under."""
+
+from __future__ import annotations
+
+import importlib.util
+import textwrap
+from types import MappingProxyType
+
+import flagos
+import pytest
+import torch
+from flagos_ops_gems import KernelLibrary, register_library
+from flagos_ops_gems._flat_kernels import guard_flat_kernel, is_dense
+
+OP = "aten::mul.Tensor"
+FLAT_OPS = '''
+import torch
+
+
+def _flat(t, n):
+    return t.as_strided((n,), (1,))  # n elements of memory from the tensor's first
+
+
+def mul(a, b):
+    if a.dim() != b.dim():
+        return torch.mul(a, b)
+    out = torch.empty_like(a)
+    torch.mul(_flat(a, out.numel()), _flat(b, out.numel()), out=_flat(out, out.numel()))
+    return out
+
+
+def fill_scalar_(self, value):
+    _flat(self, self.numel()).fill_(value)
+    return self
+'''
+
+
+def _load(folder, file: str):
+    path = folder / file
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(FLAT_OPS))
+    spec = importlib.util.spec_from_file_location(f"flat_{abs(hash(str(path)))}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def hopper(tmp_path):
+    return _load(tmp_path / "flag_gems" / "runtime" / "backend" / "_nvidia" / "hopper" / "ops",
+                 "mul.py")
+
+
+def test_is_dense() -> None:
+    x = torch.randn(4, 6, 8)
+    assert is_dense(x) and is_dense(x.permute(2, 0, 1)) and is_dense(x[:1])
+    assert is_dense(x[:, :1, :].squeeze(1)[:1])
+    assert not is_dense(x[:, ::2]) and not is_dense(x[..., :4]) and not is_dense(x[:, :1])
+    assert not is_dense(torch.ones(()).expand(4, 8)) and is_dense(torch.ones(()))
+
+
+def test_mul_runs_only_where_flat_indexing_is_exact(hopper) -> None:
+    mul = guard_flat_kernel(hopper.mul)
+    assert mul is not hopper.mul
+    a = torch.randn(4, 8)
+    torch.testing.assert_close(mul(a, a * 2), a * a * 2)
+    torch.testing.assert_close(mul(a.t(), (a * 2).t()), (a * a * 2).t())  # one layout
+    torch.testing.assert_close(mul(a, torch.randn(8)).shape, (4, 8))  # ranks differ: generic
+    declined = [(torch.randn(2, 1), torch.randn(1, 16)),  # broadcast
+                (torch.full((), 3.0).expand(4, 8), a),  # expanded
+                (a, a.t().contiguous().t()),  # layouts differ
+                (a, a.double()),  # dtypes differ: the result would take the first's
+                (a[:, ::2], a[:, 1::2])]  # not dense
+    for x, y in declined:
+        assert mul(x, y) is NotImplemented, (x.shape, x.stride(), y.shape, y.stride())
+
+
+def test_fill_of_a_slice_is_declined(tmp_path) -> None:
+    ops = _load(tmp_path / "runtime" / "backend" / "_nvidia" / "hopper" / "ops", "fill.py")
+    fill_ = guard_flat_kernel(ops.fill_scalar_)
+    x = torch.zeros(4, 4)
+    assert fill_(x[:, 0], 1.0) is NotImplemented and not x.any()
+    fill_(x[1:3], 1.0)  # dense rows: served
+    assert torch.equal(x[1:3], torch.ones(2, 4)) and x.sum() == 8
+
+
+def test_kernels_elsewhere_are_not_wrapped(tmp_path) -> None:
+    ops = _load(tmp_path / "flag_gems" / "ops", "mul.py")
+    assert guard_flat_kernel(ops.mul) is ops.mul
+    other = _load(tmp_path / "runtime" / "backend" / "_nvidia" / "hopper" / "ops", "sub.py")
+    assert guard_flat_kernel(other.mul) is other.mul  # not a file the list names
+
+
+@pytest.fixture
+def flat_provider(hopper):
+    class Library(KernelLibrary):
+        name = "flatmul"
+        keyword_aliases = MappingProxyType({})
+
+        def load(self):
+            return {OP: guard_flat_kernel(hopper.mul)}, frozenset({"cpu", "cuda"})
+
+    flagos.routing.register_provider(register_library("flatmul", Library()))
+    flagos.routing.reset_stats()
+    with flagos.routing.override({OP: ["flatmul", "boxing", "cpu"]}):
+        yield "flatmul"
+
+
+def _stat(provider: str, key: str) -> int:
+    return flagos.routing.stats().get(OP, {}).get(provider, {}).get(key, 0)
+
+
+def test_declined_calls_run_on_the_next_provider(flat_provider) -> None:
+    t = torch.tensor([10.0, 20.0])
+    freqs = torch.arange(16.0)
+    # a diffusers time embedding's broadcast, and a gradient through sum (expanded)
+    got = t.to("flagos")[:, None] * freqs.to("flagos")[None, :]
+    torch.testing.assert_close(got.cpu(), t[:, None] * freqs[None, :])
+    y = torch.randn(4, 8, 64)
+    x = y.to("flagos").requires_grad_()
+    (x * x).sum().backward()
+    torch.testing.assert_close(x.grad.cpu(), 2 * y)
+    assert _stat(flat_provider, "declined") >= 3  # the broadcast, and both grad muls
+    assert _stat(flat_provider, "calls") >= 1  # x * x: one layout, served
