@@ -52,13 +52,13 @@ class QuantLinear(nn.Module):
         return F.linear(x, self.dequantized_weight(x.dtype), self.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        lead = x.shape[:-1]
-        x2 = x.reshape(-1, self.in_features)
+        flat = x.dim() == 2  # no reshapes then: each is a dispatched call
+        x2 = x if flat else x.reshape(-1, self.in_features)
         if self.weight_only:
             out = self._weight_only_forward(x2)
         else:
             out = self._quantized_forward(x2, x.dtype)
-        return out.reshape(*lead, self.out_features)
+        return out if flat else out.reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "

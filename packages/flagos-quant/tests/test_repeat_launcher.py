@@ -1,0 +1,80 @@
+"""The one-row kernels' launcher: the first call of a launch key goes through Triton, later
+calls of the same key straight to the compiled kernel with the arguments in signature
+order; anything Triton specializes on starts a new key; launch hooks disable it. Triton's
+objects are stand-ins here (the real launch needs a GPU)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import torch
+from flagos_quant.triton_linear import _RepeatLauncher
+
+
+class _Compiled:
+    function, packed_metadata = "function", "metadata"
+
+    def __init__(self, log: list) -> None:
+        self.log = log
+
+    def run(self, *args) -> None:
+        self.log.append(("run", args))
+
+
+class _Jit:
+    arg_names = ("x", "N", "BLOCK")
+
+    def __init__(self, log: list) -> None:
+        self.log = log
+
+    def __getitem__(self, grid):
+        def launch(**kwargs):
+            self.log.append(("triton", grid, kwargs))
+            return _Compiled(self.log)
+        return launch
+
+
+def _launcher(log: list, hook=None) -> _RepeatLauncher:
+    triton = SimpleNamespace(
+        knobs=SimpleNamespace(runtime=SimpleNamespace(launch_enter_hook=hook,
+                                                      launch_exit_hook=None)),
+        runtime=SimpleNamespace(driver=SimpleNamespace(active=SimpleNamespace(
+            get_current_device=lambda: 0, get_current_stream=lambda d: 1234))))
+    return _RepeatLauncher(_Jit(log), triton)
+
+
+def _args(x: torch.Tensor, n: int = 64) -> dict:
+    return {"x": x, "N": n, "BLOCK": 32, "num_warps": 4, "num_stages": 2}
+
+
+def test_repeated_calls_skip_the_binding() -> None:
+    log: list = []
+    launch = _launcher(log)
+    x, y = torch.zeros(64), torch.ones(64)
+    launch((2, 1), _args(x))
+    launch((2, 1), _args(y))
+    assert [e[0] for e in log] == ["triton", "run"]
+    assert log[1][1] == (2, 1, 1, 1234, "function", "metadata", None, None, None, y, 64, 32)
+
+
+def test_what_triton_specializes_on_starts_a_new_key() -> None:
+    log: list = []
+    launch = _launcher(log)
+    x = torch.zeros(65)
+    launch((2, 1), _args(x[:64]))
+    launch((2, 1), _args(x[1:]))  # 4-byte aligned only
+    launch((2, 1), _args(x.double()[:64]))  # another dtype
+    launch((2, 1), _args(x[:64], n=48))  # another value
+    launch((2, 1), {**_args(x[:64]), "num_warps": 8})  # another option
+    assert [e[0] for e in log] == ["triton"] * 5
+    launch((3, 1), _args(torch.zeros(64)))  # the first key again
+    assert log[-1][0] == "run" and log[-1][1][:3] == (3, 1, 1)
+
+
+def test_launch_hooks_send_every_call_through_triton() -> None:
+    log: list = []
+    launch = _launcher(log, hook=lambda *a: None)
+    x = torch.zeros(64)
+    for _ in range(3):
+        launch((2, 1), _args(x))
+    assert [e[0] for e in log] == ["triton"] * 3
