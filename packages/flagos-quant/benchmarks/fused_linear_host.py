@@ -90,6 +90,20 @@ def _launch_only(layer, x: torch.Tensor):
                                          triton_linear.NVFP4_GEMV_TILE, **args)
 
 
+def _check(fmt: str, layer, x: torch.Tensor, paths: dict) -> None:
+    """Each path's result (after the timing's repeated calls, i.e. through the repeat
+    launch) against the op's definition: dequantize, round to bf16, F.linear."""
+    want = F.linear(x.float(), layer.dequantized_weight(x.dtype).float())
+    for name, fn in paths.items():
+        if name == "launch only":
+            continue
+        got = fn().float()
+        err = ((got - want).norm() / want.norm()).item()
+        print(f"  {fmt} {name}: relative L2 error vs the definition {err:.2e}", flush=True)
+        if not err < 1e-2:
+            raise SystemExit(f"{fmt} {name}: result differs from the definition ({err:.2e})")
+
+
 @torch.no_grad()
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -117,6 +131,7 @@ def main() -> None:
         cuda_paths = _paths(layer, xc)
         cuda_paths["launch only"] = _launch_only(layer, xc)
         cuda_us = {name: us(fn, "cuda") for name, fn in cuda_paths.items()}
+        _check(fmt, layer, xc, cuda_paths)
         layer.to("flagos")
         with flagos.routing.override(ROUTES):
             flagos_paths = _paths(layer, xf)
