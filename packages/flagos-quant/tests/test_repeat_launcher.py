@@ -37,7 +37,7 @@ class _Jit:
 def _launcher(log: list, hook=None) -> _RepeatLauncher:
     triton = SimpleNamespace(
         knobs=SimpleNamespace(runtime=SimpleNamespace(launch_enter_hook=hook,
-                                                      launch_exit_hook=None)),
+                                                      launch_exit_hook=None, debug=False)),
         runtime=SimpleNamespace(driver=SimpleNamespace(active=SimpleNamespace(
             get_current_device=lambda: 0, get_current_stream=lambda d: 1234))))
     return _RepeatLauncher(_Jit(log), triton)
@@ -78,3 +78,30 @@ def test_launch_hooks_send_every_call_through_triton() -> None:
     for _ in range(3):
         launch((2, 1), _args(x))
     assert [e[0] for e in log] == ["triton"] * 3
+
+
+def test_the_wrappers_pass_every_kernel_argument(monkeypatch) -> None:
+    """The repeat launch passes the kernel's parameters by position from the wrapper's
+    arguments: each of them must be there."""
+    import triton
+    from flagos_quant import _triton_kernels, triton_linear
+    from flagos_quant.quantize import quantize_fp8, quantize_nvfp4
+
+    seen: dict = {}
+
+    def family(name):
+        return triton_linear._Family(lambda grid, args: seen.__setitem__(name, args),
+                                     None, None, False)
+
+    monkeypatch.setattr(triton_linear, "_kernels",
+                        lambda: (triton, family("fp8"), family("nvfp4")))
+    x = torch.randn(1, 64)
+    q, s = quantize_fp8(torch.randn(32, 64))
+    triton_linear.fp8_linear(x, q, s.reshape(1, 1), [32, 64], None)
+    wq, ws, wg = quantize_nvfp4(torch.randn(32, 64), None, 16)
+    triton_linear.nvfp4_linear(x, wq, ws, wg, torch.zeros(32))
+    for name, kernel in (("fp8", _triton_kernels.fp8_gemv_kernel),
+                         ("nvfp4", _triton_kernels.nvfp4_gemv_kernel)):
+        missing = set(kernel.arg_names) - set(seen[name])
+        assert not missing, (name, missing)
+        assert {"num_warps", "num_stages"} <= set(seen[name])

@@ -97,8 +97,8 @@ class _RepeatLauncher:
     arguments in signature order, which is what Triton does itself once it has found the
     kernel in its cache. The key holds everything Triton specializes on and more: each
     tensor's dtype and 16-byte alignment, every other argument's exact value, the launch
-    options and the device. With launch hooks set (profilers), or a Triton without these
-    internals, every call goes through Triton.
+    options, Triton's debug setting and the device. With launch hooks set (profilers),
+    or a Triton without these internals, every call goes through Triton.
     """
 
     def __init__(self, jit_fn, triton) -> None:
@@ -106,13 +106,16 @@ class _RepeatLauncher:
         self.names = tuple(getattr(jit_fn, "arg_names", ()))
         runtime = getattr(getattr(triton, "knobs", None), "runtime", None)
         self.knobs = runtime
-        driver = getattr(getattr(triton, "runtime", None), "driver", None)
-        self.driver = getattr(driver, "active", None)
+        # its active driver is made on first use (it needs a GPU): read at each launch
+        self.drivers = getattr(getattr(triton, "runtime", None), "driver", None)
         self.compiled: dict[tuple, object] = {}
-        self.usable = bool(self.names) and runtime is not None and self.driver is not None
+        self.usable = bool(self.names) and self.drivers is not None \
+            and all(hasattr(runtime, k) for k in ("debug", "launch_enter_hook",
+                                                 "launch_exit_hook"))
 
     def _key(self, args: dict, device: int) -> tuple:
-        key = [device, args["num_warps"], args["num_stages"]]
+        # Triton also compiles per debug setting (its knob, read at each launch)
+        key = [device, args["num_warps"], args["num_stages"], self.knobs.debug]
         for name in self.names:
             v = args[name]
             key.append((v.dtype, v.data_ptr() % 16 == 0) if isinstance(v, torch.Tensor) else v)
@@ -123,14 +126,15 @@ class _RepeatLauncher:
                 or self.knobs.launch_exit_hook is not None:
             self.jit_fn[grid](**args)
             return
-        device = self.driver.get_current_device()
+        driver = self.drivers.active
+        device = driver.get_current_device()
         key = self._key(args, device)
         kernel = self.compiled.get(key)
         if kernel is None:
             kernel = self.jit_fn[grid](**args)
             self.compiled[key] = kernel.result() if hasattr(kernel, "result") else kernel
             return
-        kernel.run(grid[0], grid[1], 1, self.driver.get_current_stream(device),
+        kernel.run(grid[0], grid[1], 1, driver.get_current_stream(device),
                    kernel.function, kernel.packed_metadata, None, None, None,
                    *[args[n] for n in self.names])
 
