@@ -159,7 +159,13 @@ def test_counting_without_quarantine_keeps_provider(wrong_provider: str, device0
     stats = routing.stats()
     row = next(by[wrong_provider] for op, by in stats.items() if op.startswith("aten::mul"))
     assert row["mismatches"] == 1 and "expected 1" in row["last_error"]
+    assert row["last_inputs"].startswith("[3] float32, [3] float32")
     assert not shadow.quarantined()
+    b = torch.ones(4, 6, device="flagos")
+    b.t() * b.t()  # the layout of a mismatching call is named
+    row = next(by[wrong_provider] for op, by in routing.stats().items()
+               if op.startswith("aten::mul"))
+    assert row["mismatches"] == 2 and "[6, 4] float32 strides (1, 6)" in row["last_inputs"]
 
 
 def test_in_place_op_against_another_provider(device0) -> None:

@@ -77,6 +77,7 @@ class _Counts:
     shadowed: int = 0
     mismatches: int = 0
     last_error: str = ""
+    last_inputs: str = ""  # the tensor arguments of the last mismatching call
     unchecked: int = 0  # calls the reference could not run: the provider's results stand
     last_unchecked: str = ""
 
@@ -243,12 +244,15 @@ def wrap(op: str, chain: list[str]) -> list[str]:
 
 
 def counts() -> dict[tuple[str, str], dict[str, object]]:
-    """``{(op, provider): {"shadowed", "mismatches", "last_error", "unchecked",
-    "last_unchecked"}}`` for stats(); ``unchecked`` counts sampled calls that the reference
-    could not run (``last_unchecked`` says why), whose provider results stand."""
+    """``{(op, provider): {"shadowed", "mismatches", "last_error", "last_inputs",
+    "unchecked", "last_unchecked"}}`` for stats(); ``last_inputs`` describes the tensor
+    arguments of the last mismatching call (shape, dtype, strides where not contiguous);
+    ``unchecked`` counts sampled calls that the reference could not run
+    (``last_unchecked`` says why), whose provider results stand."""
     with _state.lock:
         return {k: {"shadowed": c.shadowed, "mismatches": c.mismatches,
-                    "last_error": c.last_error, "unchecked": c.unchecked,
+                    "last_error": c.last_error, "last_inputs": c.last_inputs,
+                    "unchecked": c.unchecked,
                     "last_unchecked": c.last_unchecked} for k, c in _state.counts.items()}
 
 
@@ -346,9 +350,15 @@ def _written_args(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> list[
 _CPU_EQUIVALENT = {"aten::convolution_overrideable": torch.ops.aten.convolution.default}
 
 
+def _describe(x: torch.Tensor) -> str:
+    text = f"{list(x.shape)} {str(x.dtype).removeprefix('torch.')}"
+    if not x.is_contiguous():  # a wrong result often depends on the layout
+        text += f" strides {tuple(x.stride())}"
+    return text
+
+
 def _shapes(args: tuple, kwargs: dict) -> str:
-    parts = [f"{list(x.shape)} {str(x.dtype).removeprefix('torch.')}"
-             for x in tree_flatten((args, kwargs))[0] if isinstance(x, torch.Tensor)]
+    parts = [_describe(x) for x in tree_flatten((args, kwargs))[0] if isinstance(x, torch.Tensor)]
     return ", ".join(parts) or "no tensors"
 
 
@@ -402,7 +412,7 @@ def _check(cfg: ShadowConfig, op: torch._ops.OpOverload, name: str, args: tuple,
                                                _written_args(op, ref_args, ref_kwargs)):
                 if why := mismatch(got, want, cfg.tolerance, f"argument {where}"):
                     break
-        _count(name, provider, why)
+        _count(name, provider, why, None if why is None else _shapes(args, kwargs))
         if why is None or not cfg.quarantine:
             return out
         _quarantine(cfg, name, provider, why, args, kwargs)
@@ -410,13 +420,14 @@ def _check(cfg: ShadowConfig, op: torch._ops.OpOverload, name: str, args: tuple,
     raise RuntimeError(f"flagos shadow: no provider accepted {name}")
 
 
-def _count(name: str, provider: str, why: str | None) -> None:
+def _count(name: str, provider: str, why: str | None, inputs: str | None) -> None:
     with _state.lock:
         c = _state.counts.setdefault((name, provider), _Counts())
         c.shadowed += 1
         if why is not None:
             c.mismatches += 1
             c.last_error = why
+            c.last_inputs = inputs or ""
 
 
 def _count_unchecked(name: str, provider: str, why: str) -> None:
