@@ -220,3 +220,16 @@ def test_triton_one_row_kernels_match_for_every_tile_shape(interpreted, tile) ->
         got = interpreted.nvfp4_linear(x, packed, scale, glob, None)
     want = F.linear(x, dequantize_fp4(packed, scale, 16, glob))
     torch.testing.assert_close(got, want, **TOL[torch.float32])
+
+
+def test_autograd_is_kept_whenever_a_tensor_argument_requires_grad() -> None:
+    # without a gradient to flow the wrappers call the op below autograd's key
+    q, s = quantize_fp8(torch.randn(8, 16))
+    x = torch.randn(2, 16)
+    assert fp8_weight_linear(x, q, s, None, None).grad_fn is None
+    assert fp8_weight_linear(x, q, s.clone().requires_grad_(), None, None).grad_fn is not None
+    assert fp8_weight_linear(x.requires_grad_(), q, s, None, None).grad_fn is not None
+    with torch.no_grad():
+        assert fp8_weight_linear(x, q, s, None, None).grad_fn is None
+    with pytest.raises(RuntimeError):
+        fp8_weight_linear(x, q, torch.ones(8, 1), None, None)  # block=None: one scale

@@ -35,9 +35,17 @@ class _Jit:
 
 
 def _launcher(log: list, hook=None) -> _RepeatLauncher:
+    # Triton's own knobs' types: its hooks are chains, empty when nothing is registered
+    from triton.knobs import HookChain
+
+    enter = HookChain()
+    if hook is not None:
+        enter.add(hook)
     triton = SimpleNamespace(
-        knobs=SimpleNamespace(runtime=SimpleNamespace(launch_enter_hook=hook,
-                                                      launch_exit_hook=None, debug=False)),
+        knobs=SimpleNamespace(runtime=SimpleNamespace(launch_enter_hook=enter,
+                                                      launch_exit_hook=HookChain(reversed=True),
+                                                      debug=False),
+                              compilation=SimpleNamespace(instrumentation_mode="")),
         runtime=SimpleNamespace(driver=SimpleNamespace(active=SimpleNamespace(
             get_current_device=lambda: 0, get_current_stream=lambda d: 1234))))
     return _RepeatLauncher(_Jit(log), triton)
@@ -69,6 +77,16 @@ def test_what_triton_specializes_on_starts_a_new_key() -> None:
     assert [e[0] for e in log] == ["triton"] * 5
     launch((3, 1), _args(torch.zeros(64)))  # the first key again
     assert log[-1][0] == "run" and log[-1][1][:3] == (3, 1, 1)
+
+
+def test_the_installed_tritons_knobs_allow_the_repeat_launch() -> None:
+    import triton
+    from flagos_quant.triton_linear import _hooked
+
+    runtime = triton.knobs.runtime
+    assert not _hooked(runtime.launch_enter_hook) and not _hooked(runtime.launch_exit_hook)
+    assert _hooked(lambda *a: None) and not _hooked(None)
+    assert _RepeatLauncher(_Jit([]), triton).usable
 
 
 def test_launch_hooks_send_every_call_through_triton() -> None:
