@@ -128,7 +128,7 @@ def test_autograd_matches_cpu(gems) -> None:
 
 def test_broadcast_and_expanded_operands_match_cpu(gems) -> None:
     # FlagGems' Hopper mul indexes by flat offset: such calls are declined to boxing there
-    # (flagos_ops_gems/_flat_kernels.py)
+    # (flagos_ops_gems/_hopper_kernels.py)
     torch.manual_seed(0)
     t, freqs = torch.tensor([10.0, 20.0]), torch.arange(16.0)
     got = t.to("flagos")[:, None] * freqs.to("flagos")[None, :]

@@ -1,7 +1,7 @@
-"""FlagGems' Hopper kernels that index tensors by flat memory offset run only on the calls
-they compute exactly (flagos_ops_gems/_flat_kernels.py); the others are declined to the
-chain's next provider. The kernels here are CPU stand-ins with the same flat indexing, in
-a file at the path FlagGems keeps them under."""
+"""FlagGems' Hopper kernels run only on the calls they compute as ATen does
+(flagos_ops_gems/_hopper_kernels.py); the others are declined to the chain's next
+provider. The kernels here are CPU stand-ins (the flat ones with the same flat indexing),
+in files at the path FlagGems keeps them under."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import flagos
 import pytest
 import torch
 from flagos_ops_gems import KernelLibrary, register_library
-from flagos_ops_gems._flat_kernels import guard_flat_kernel, is_dense
+from flagos_ops_gems._hopper_kernels import guard_hopper_kernel, is_dense
 
 OP = "aten::mul.Tensor"
 FLAT_OPS = '''
@@ -35,6 +35,25 @@ def mul(a, b):
 def fill_scalar_(self, value):
     _flat(self, self.numel()).fill_(value)
     return self
+
+
+def fill_scalar_out(input, value, *, out=None):
+    _flat(out, out.numel()).fill_(value)
+    return out
+
+
+def sqrt(a):
+    out = torch.empty_like(a)
+    out.copy_(a.float().sqrt())
+    return out
+
+
+def mm(a, b):
+    return a @ b
+
+
+def mm_out(a, b, *, out):
+    return torch.mm(a, b, out=out)
 '''
 
 
@@ -63,7 +82,7 @@ def test_is_dense() -> None:
 
 
 def test_mul_runs_only_where_flat_indexing_is_exact(hopper) -> None:
-    mul = guard_flat_kernel(hopper.mul)
+    mul = guard_hopper_kernel(hopper.mul)
     assert mul is not hopper.mul
     a = torch.randn(4, 8)
     torch.testing.assert_close(mul(a, a * 2), a * a * 2)
@@ -73,25 +92,63 @@ def test_mul_runs_only_where_flat_indexing_is_exact(hopper) -> None:
                 (torch.full((), 3.0).expand(4, 8), a),  # expanded
                 (a, a.t().contiguous().t()),  # layouts differ
                 (a, a.double()),  # dtypes differ: the result would take the first's
-                (a[:, ::2], a[:, 1::2])]  # not dense
+                (a[:, ::2], a[:, 1::2]),  # not dense
+                (torch.randn(4, 8, dtype=torch.complex64),  # complex: a's shape
+                 torch.randn(1, 8, dtype=torch.complex64))]
     for x, y in declined:
         assert mul(x, y) is NotImplemented, (x.shape, x.stride(), y.shape, y.stride())
 
 
+def test_sqrt_and_fill_out_decline_what_they_would_get_wrong(tmp_path) -> None:
+    ops = _load(tmp_path / "runtime" / "backend" / "_nvidia" / "hopper" / "ops", "sqrt.py")
+    sqrt = guard_hopper_kernel(ops.sqrt)
+    torch.testing.assert_close(sqrt(torch.arange(4.0)), torch.arange(4.0).sqrt())
+    for x in (torch.arange(4), torch.arange(4.0, dtype=torch.float64),  # int, float64
+              torch.arange(8.0)[::2], torch.empty(2**31, device="meta")):  # sliced, huge
+        assert sqrt(x) is NotImplemented, x.dtype
+    fills = _load(tmp_path / "runtime" / "backend" / "_nvidia" / "hopper" / "ops", "fill.py")
+    fill_out = guard_hopper_kernel(fills.fill_scalar_out)
+    assert fill_out(torch.zeros(4), 1.0, out=torch.empty(0)) is NotImplemented  # to resize
+    assert torch.equal(fill_out(torch.zeros(4), 1.0, out=torch.empty(4)), torch.ones(4))
+
+
+def test_mm_declines_what_its_descriptors_cannot_take(tmp_path) -> None:
+    ops = _load(tmp_path / "runtime" / "backend" / "_nvidia" / "hopper" / "ops", "mm.py")
+    mm, mm_out = guard_hopper_kernel(ops.mm), guard_hopper_kernel(ops.mm_out)
+    a, b = torch.randn(16, 32), torch.randn(32, 24)
+    torch.testing.assert_close(mm(a, b), a @ b)
+    torch.testing.assert_close(mm(a.t().contiguous().t(), b), a @ b)  # column-major
+    torch.testing.assert_close(mm(a, b[:, :1]), a @ b[:, :1])  # one column: its gemv
+    big = torch.randn(16, 40)
+    declined = [(big[:, 1:33], b),  # an offset slice: unaligned base
+                (torch.ones(1, 32).expand(16, 32), b),  # expanded
+                (torch.randn(0, 32), b), (a.double(), b.double()), (a, b.half()),
+                (torch.randn(16, 5), torch.randn(4, 8))]  # shapes do not chain
+    for x, y in declined:
+        assert mm(x, y) is NotImplemented, (x.shape, x.stride(), x.dtype, y.dtype)
+    assert mm(big[:, 1:6], torch.randn(5, 24)) is not NotImplemented  # K % 4: no TMA
+    out = torch.empty(16, 24)
+    assert mm_out(a, b, out=out) is out
+    assert mm_out(a, b, out=torch.empty(0)) is NotImplemented  # ATen resizes out=
+    assert mm_out(a, b[:, :1], out=torch.empty(16, 2)[:, :1]) is NotImplemented  # gemv rows
+    assert mm_out(a, b, out=torch.empty(24, 16).t()) is NotImplemented  # TMA: contiguous
+
+
 def test_fill_of_a_slice_is_declined(tmp_path) -> None:
     ops = _load(tmp_path / "runtime" / "backend" / "_nvidia" / "hopper" / "ops", "fill.py")
-    fill_ = guard_flat_kernel(ops.fill_scalar_)
+    fill_ = guard_hopper_kernel(ops.fill_scalar_)
     x = torch.zeros(4, 4)
     assert fill_(x[:, 0], 1.0) is NotImplemented and not x.any()
+    assert fill_(torch.empty(2**31, device="meta"), 1.0) is NotImplemented  # 32-bit offsets
     fill_(x[1:3], 1.0)  # dense rows: served
     assert torch.equal(x[1:3], torch.ones(2, 4)) and x.sum() == 8
 
 
 def test_kernels_elsewhere_are_not_wrapped(tmp_path) -> None:
     ops = _load(tmp_path / "flag_gems" / "ops", "mul.py")
-    assert guard_flat_kernel(ops.mul) is ops.mul
+    assert guard_hopper_kernel(ops.mul) is ops.mul
     other = _load(tmp_path / "runtime" / "backend" / "_nvidia" / "hopper" / "ops", "sub.py")
-    assert guard_flat_kernel(other.mul) is other.mul  # not a file the list names
+    assert guard_hopper_kernel(other.mul) is other.mul  # not a file the list names
 
 
 @pytest.fixture
@@ -101,7 +158,7 @@ def flat_provider(hopper):
         keyword_aliases = MappingProxyType({})
 
         def load(self):
-            return {OP: guard_flat_kernel(hopper.mul)}, frozenset({"cpu", "cuda"})
+            return {OP: guard_hopper_kernel(hopper.mul)}, frozenset({"cpu", "cuda"})
 
     flagos.routing.register_provider(register_library("flatmul", Library()))
     flagos.routing.reset_stats()

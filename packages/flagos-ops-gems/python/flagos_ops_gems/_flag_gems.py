@@ -15,8 +15,8 @@ import time
 import warnings
 from types import MappingProxyType
 
-from ._flat_kernels import guard_flat_kernel
 from ._fused_adapters import fused_kernels
+from ._hopper_kernels import guard_hopper_kernel
 from ._library import KernelLibrary, LibraryUnavailable, OpTable
 
 __all__ = ["SUPPORTED", "FlagGems"]
@@ -102,7 +102,7 @@ def _op_table(flag_gems) -> tuple[dict[str, object], str]:
     for key, fn in recorder.recorded:
         name, _, overload = key.partition(".")
         full = f"aten::{name}" if overload in ("", "default") else f"aten::{name}.{overload}"
-        table[full] = guard_flat_kernel(fn)  # FlagGems' Hopper kernels: _flat_kernels.py
+        table[full] = guard_hopper_kernel(fn)  # FlagGems' Hopper kernels: _hopper_kernels.py
     for op, fn in fused_kernels(flag_gems).items():
         table.setdefault(op, fn)
     return table, recorder.device.name

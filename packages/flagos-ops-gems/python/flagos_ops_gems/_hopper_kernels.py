@@ -1,0 +1,149 @@
+"""FlagGems' kernels for compute capability 9 (Hopper), run only on the calls they compute
+as ATen does.
+
+On Hopper FlagGems 5.0 registers, in place of its generic kernels, the ones of
+``flag_gems/runtime/backend/_nvidia/hopper/ops/``. Several make layout assumptions that
+ATen's kernels do not:
+
+- ``mul`` (when both operands have the same rank), ``sqrt``, ``sqrt_`` and the in-place
+  and ``out=`` forms of ``fill`` read and write ``numel()`` elements from each tensor's
+  first element, ignoring shapes and strides, with 32-bit offsets, and allocate the result
+  like the first operand. They are right for dense tensors of one layout and dtype and
+  wrong otherwise: ``[2, 1] * [1, 16]`` returns a ``[2, 1]`` tensor, an operand expanded
+  to the result's shape is read as if it were dense, ``x[:, 0].fill_(1)`` writes the
+  first elements of ``x``; past 2**31 elements the offsets overflow. ``sqrt`` computes in
+  float32 and keeps the input's dtype (integers are truncated, float64 loses precision).
+- ``mm`` and ``mm.out`` build TMA descriptors for float16, bfloat16 and float32 when N and
+  K suit them, which need 16-byte aligned bases and leading strides and non-empty shapes
+  (offset slices, expanded operands and empty matrices raise); their N == 1 kernel writes
+  the result as if its rows were contiguous; ``out=`` is never resized.
+
+On plain CUDA tensors with ``flag_gems.enable()`` the same calls are just as wrong (on the
+H200 a Diffusers ``UNet2DModel`` fails in its time embedding and a Llama's logits are off
+by 0.37, from ``mul``). The provider runs these kernels only on calls that meet their
+assumptions and declines every other call, which the chain's next provider then runs.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+
+import torch
+
+__all__ = ["guard_hopper_kernel", "is_dense"]
+
+_HOPPER_OPS = os.path.join("runtime", "backend", "_nvidia", "hopper", "ops")
+_MAX_FLAT = 2**31 - 2**16  # 32-bit offsets, with a block's worth of masked lanes to spare
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def is_dense(t: torch.Tensor) -> bool:
+    """Whether ``t``'s elements fill ``numel()`` consecutive elements of memory from its
+    first one (non-overlapping and dense, in any dimension order)."""
+    if t.is_contiguous():
+        return True
+    expected = 1
+    for stride, size in sorted((s, n) for n, s in zip(t.shape, t.stride()) if n != 1):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _flat_ok(t: torch.Tensor) -> bool:
+    return t.numel() <= _MAX_FLAT and is_dense(t)
+
+
+def _mul_exact(a: object, b: object, *_: object, **__: object) -> bool:
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+        return True  # a Python scalar: FlagGems' generic pointwise kernel
+    if a.is_complex() or b.is_complex():  # its own complex path: the result takes a's shape
+        return a.shape == b.shape and a.device == b.device
+    if a.dim() != b.dim():
+        return True  # FlagGems' generic pointwise kernel
+    return (a.shape == b.shape and a.stride() == b.stride() and a.dtype == b.dtype
+            and a.device == b.device and _flat_ok(a))
+
+
+def _sqrt_exact(a: torch.Tensor, *_: object, **__: object) -> bool:
+    return a.dtype in _FLOATS and _flat_ok(a)
+
+
+def _self_flat(a: torch.Tensor, *_: object, **__: object) -> bool:
+    return _flat_ok(a)
+
+
+def _out_flat(a: torch.Tensor, *_: object, out: torch.Tensor | None = None,
+              **__: object) -> bool:
+    return out is None or (out.shape == a.shape and _flat_ok(out))
+
+
+def _mm_operand_ok(t: torch.Tensor) -> bool:
+    """What a TMA descriptor of ``t`` (or of ``t.T`` when column-major) needs."""
+    s0, s1 = t.stride()
+    if s0 > 1 and s1 > 1:
+        return True  # FlagGems makes it contiguous first
+    if 0 in (s0, s1) or t.data_ptr() % 16:
+        return False
+    lead = s0 if s1 == 1 else s1
+    return (lead * t.element_size()) % 16 == 0
+
+
+def _mm_exact(a: torch.Tensor, b: torch.Tensor, *_: object,
+              out: torch.Tensor | None = None, **__: object) -> bool:
+    if a.dim() != 2 or b.dim() != 2 or a.dtype != b.dtype or a.dtype not in _FLOATS:
+        return False
+    (m, k), n = a.shape, b.shape[1]
+    if min(m, n, k) == 0 or a.shape[1] != b.shape[0]:
+        return False
+    if out is not None and (out.shape != (m, n) or out.dtype != a.dtype):
+        return False  # ATen would resize or refuse; FlagGems writes it as it is
+    if n == 1:  # its matrix-vector kernel writes row i at offset i
+        return out is None or out.stride(0) == 1 or m == 1
+    per_16_bytes = 16 // a.element_size()
+    if n % per_16_bytes or k % per_16_bytes:
+        return True  # no TMA: its general kernel takes any strides
+    return _mm_operand_ok(a) and _mm_operand_ok(b) and (
+        out is None or (out.is_contiguous() and out.data_ptr() % 16 == 0))
+
+
+# (file in the hopper ops folder, function) -> whether the kernel computes a call exactly
+_EXACT: dict[tuple[str, str], Callable[..., bool]] = {
+    ("mul.py", "mul"): _mul_exact,
+    ("sqrt.py", "sqrt"): _sqrt_exact,
+    ("sqrt.py", "sqrt_"): _sqrt_exact,
+    ("fill.py", "fill_scalar_"): _self_flat,
+    ("fill.py", "fill_tensor_"): _self_flat,
+    ("fill.py", "fill_scalar_out"): _out_flat,
+    ("fill.py", "fill_tensor_out"): _out_flat,
+    ("mm.py", "mm"): _mm_exact,
+    ("mm.py", "mm_out"): _mm_exact,
+}
+
+
+def _exactness_check(fn: Callable[..., object]) -> Callable[..., bool] | None:
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return None
+    folder, file = os.path.split(code.co_filename)
+    if not folder.endswith(_HOPPER_OPS):
+        return None
+    return _EXACT.get((file, fn.__name__))
+
+
+def guard_hopper_kernel(fn: Callable[..., object]) -> Callable[..., object]:
+    """``fn``, or, for one of the Hopper kernels above, ``fn`` returning NotImplemented
+    (the call is declined) where its result would differ from ATen's."""
+    exact = _exactness_check(fn)
+    if exact is None:
+        return fn
+
+    @functools.wraps(fn)
+    def guarded(*args, **kwargs):
+        if not exact(*args, **kwargs):
+            return NotImplemented
+        return fn(*args, **kwargs)
+
+    return guarded
