@@ -8,7 +8,7 @@ loads, so it needs a process of its own.
 ``--shadow`` checks every routed op call of each case against torch's CPU kernels on
 copies of its inputs (shadow verification at rate 1, without quarantine) and prints the
 (op, provider) pairs that mismatched, with the last error and the tensor arguments of that
-call: where a model's difference comes from."""
+call (where a model's difference comes from), and the calls the reference could not run."""
 
 from __future__ import annotations
 
@@ -39,6 +39,11 @@ def _print_mismatches(name: str) -> None:
     for op, provider, r in rows:
         print(f"  {op} [{provider}] {r['mismatches']} of {r['shadowed']} calls; last: "
               f"{r['last_inputs']}: {r['last_error']}", flush=True)
+    for op, by in sorted(flagos.routing.stats().items()):  # the reference could not run
+        for provider, r in by.items():
+            if r.get("unchecked"):
+                print(f"  unchecked: {op} [{provider}] {r['unchecked']} calls: "
+                      f"{r['last_unchecked']}", flush=True)
     shadow.reset_counts()
     flagos.routing.reset_stats()
 

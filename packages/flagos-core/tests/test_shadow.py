@@ -211,12 +211,14 @@ def test_every_op_of_a_training_step(device0) -> None:
     assert len(checked) > 20
     assert not [(op, p, r["last_error"]) for op, p, r in rows if r.get("mismatches")]
     assert all("shadowed" in r for op, p, r in rows if r["calls"]), "an op was not checked"
+    assert not [(op, p, r["last_unchecked"]) for op, p, r in rows if r.get("unchecked")]
 
 
 def test_ops_the_cpu_reference_cannot_run(device0) -> None:
-    """A convolution shadowed against the CPU: its forward (convolution_overrideable, which
-    torch's CPU kernels do not serve) is checked against aten::convolution; a backward the
-    reference cannot run is counted as unchecked and its results stand, unchanged."""
+    """A convolution shadowed against the CPU: its forward and backward
+    (convolution_overrideable and its backward, which torch's CPU kernels do not serve) are
+    checked against aten::convolution and its backward; a call the reference cannot run is
+    counted as unchecked and its results stand."""
     shadow.enable("*", rate=1.0)
     routing.reset_stats()
     conv = torch.nn.Conv2d(3, 4, 3, padding=1)
@@ -228,9 +230,19 @@ def test_ops_the_cpu_reference_cannot_run(device0) -> None:
     torch.testing.assert_close(conv_f.weight.grad.cpu(), conv.weight.grad, rtol=1e-4, atol=1e-4)
     rows = {op: r for op, by in routing.stats().items() for p, r in by.items()
             if "convolution" in op and "shadowed" in r}
-    forward = rows["aten::convolution_overrideable"]
-    assert forward["shadowed"] >= 1 and forward["mismatches"] == 0 and not forward["unchecked"]
+    for op in ("aten::convolution_overrideable", "aten::convolution_backward_overrideable"):
+        assert rows[op]["shadowed"] >= 1 and not rows[op]["unchecked"], rows[op]
     assert not [r["last_error"] for r in rows.values() if r["mismatches"]]
-    for op, r in rows.items():
-        if r["unchecked"]:
-            assert r["last_unchecked"], op
+    shadow.reset_counts()
+    routing.reset_stats()
+    def no_kernel(*args, **kwargs):
+        raise NotImplementedError("no kernel")
+
+    with pytest.MonkeyPatch.context() as m:  # a reference that cannot run the call
+        for name in ("aten::cumsum", "aten::cumsum.out"):
+            m.setitem(shadow._CPU_EQUIVALENT, name, no_kernel)
+        got = torch.cumsum(torch.ones(3, device="flagos"), 0)
+    torch.testing.assert_close(got.cpu(), torch.arange(1.0, 4.0))
+    row = next(r for op, by in routing.stats().items() if op.startswith("aten::cumsum")
+               for r in by.values() if r.get("unchecked"))
+    assert "NotImplementedError: no kernel" in row["last_unchecked"]

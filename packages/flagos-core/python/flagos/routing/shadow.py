@@ -345,9 +345,18 @@ def _written_args(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> list[
     return out
 
 
-# Ops that a backend's device kernels serve but torch's CPU kernels do not, and the CPU op of
-# the same schema and meaning that stands in for them as the reference.
-_CPU_EQUIVALENT = {"aten::convolution_overrideable": torch.ops.aten.convolution.default}
+def _convolution_backward(grad, input, weight, stride, padding, dilation, transposed,
+                          output_padding, groups, output_mask):
+    channels = weight.shape[1] * groups if transposed else weight.shape[0]
+    return torch.ops.aten.convolution_backward(grad, input, weight, [channels], stride,
+                                               padding, dilation, transposed,
+                                               output_padding, groups, output_mask)
+
+
+# Ops in the form in which a backend device gets them, which torch's CPU kernels do not
+# serve, and the CPU computation of the same meaning that stands in as the reference.
+_CPU_EQUIVALENT = {"aten::convolution_overrideable": torch.ops.aten.convolution.default,
+                   "aten::convolution_backward_overrideable": _convolution_backward}
 
 
 def _describe(x: torch.Tensor) -> str:
