@@ -147,6 +147,17 @@ def test_broadcast_and_expanded_operands_match_cpu(gems) -> None:
     assert z.cpu().sum() == 4 and z.cpu()[:, 0].eq(1).all()
 
 
+def test_multinomial_follows_the_flagos_generator(gems) -> None:
+    # FlagGems draws from CUDA's default generator here (flagos_ops_gems/_default_generator.py)
+    prob = torch.rand(4, 50, device="flagos")
+    torch.flagos.manual_seed(5)
+    first = torch.multinomial(prob, 5).cpu()
+    torch.cuda.manual_seed_all(123)  # CUDA's own default generator plays no part
+    torch.flagos.manual_seed(5)
+    assert torch.equal(torch.multinomial(prob, 5).cpu(), first)
+    assert _gems_calls("aten::multinomial") >= 2
+
+
 def test_kernel_error_leaves_the_device_usable(gems) -> None:
     a, b = torch.randn(4, 5, device="flagos"), torch.randn(4, 5, device="flagos")
     before = a.cpu().clone()

@@ -15,6 +15,7 @@ import time
 import warnings
 from types import MappingProxyType
 
+from ._default_generator import draws_from_given_generator
 from ._fused_adapters import fused_kernels
 from ._hopper_kernels import guard_hopper_kernel
 from ._library import KernelLibrary, LibraryUnavailable, OpTable
@@ -103,6 +104,8 @@ def _op_table(flag_gems) -> tuple[dict[str, object], str]:
         name, _, overload = key.partition(".")
         full = f"aten::{name}" if overload in ("", "default") else f"aten::{name}.{overload}"
         table[full] = guard_hopper_kernel(fn)  # FlagGems' Hopper kernels: _hopper_kernels.py
+    if "aten::multinomial" in table:  # draws from the default generator (_default_generator.py)
+        table["aten::multinomial"] = draws_from_given_generator(table["aten::multinomial"])
     for op, fn in fused_kernels(flag_gems).items():
         table.setdefault(op, fn)
     return table, recorder.device.name
