@@ -147,15 +147,22 @@ def test_broadcast_and_expanded_operands_match_cpu(gems) -> None:
     assert z.cpu().sum() == 4 and z.cpu()[:, 0].eq(1).all()
 
 
-def test_multinomial_follows_the_flagos_generator(gems) -> None:
-    # FlagGems draws from CUDA's default generator here (flagos_ops_gems/_default_generator.py)
+def test_multinomial_follows_an_explicit_generator(gems) -> None:
+    # FlagGems draws from CUDA's default generator here, whatever it is given (the default
+    # flagos generator's CUDA generator is that one; another is not): see
+    # flagos_ops_gems/_default_generator.py
     prob = torch.rand(4, 50, device="flagos")
-    torch.flagos.manual_seed(5)
-    first = torch.multinomial(prob, 5).cpu()
-    torch.cuda.manual_seed_all(123)  # CUDA's own default generator plays no part
-    torch.flagos.manual_seed(5)
-    assert torch.equal(torch.multinomial(prob, 5).cpu(), first)
-    assert _gems_calls("aten::multinomial") >= 2
+    g = torch.Generator(device="flagos")
+    g.manual_seed(5)
+    first = torch.multinomial(prob, 5, generator=g).cpu()
+    torch.cuda.manual_seed_all(123)  # CUDA's default generator plays no part
+    g.manual_seed(5)
+    assert torch.equal(torch.multinomial(prob, 5, generator=g).cpu(), first)
+    torch.flagos.manual_seed(7)
+    seeded = torch.multinomial(prob, 5).cpu()
+    torch.flagos.manual_seed(7)
+    assert torch.equal(torch.multinomial(prob, 5).cpu(), seeded)
+    assert _gems_calls("aten::multinomial") >= 4
 
 
 def test_kernel_error_leaves_the_device_usable(gems) -> None:

@@ -3,11 +3,12 @@ are given.
 
 FlagGems 5.0's ``multinomial`` samples without replacement (and any single sample) by
 ``torch.empty_like(prob).exponential_()``, which draws from the CUDA device's default
-generator whatever ``gen`` it is given. On flagos a random op always gets a generator:
-the twin generator that carries flagos' seed and offset, so that ``torch.manual_seed`` /
-``torch.flagos.manual_seed`` and an explicit ``generator=`` reproduce it. For such a
-kernel the given generator's state is put into the device's default generator for the
-call (the kernel then gets ``gen=None``, so every draw it makes comes from there, on each
+generator whatever ``gen`` it is given. On flagos a random op always gets a generator,
+the twin generator of the flagos one: for flagos' default generator that is the twin
+device's default generator itself (so such a kernel is right there), for a
+``torch.Generator("flagos")`` of the user's another one, which the kernel would ignore.
+For such a kernel the given generator's state is put into the device's default generator
+for the call (the kernel then gets ``gen=None``, so every draw it makes comes from there, on each
 of its paths), the default generator's new state is copied back into the given one, and
 the default generator gets its own state back. A thread drawing from that default
 generator at the same moment would see the swapped state.
