@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 F = torch.flagos
@@ -104,3 +105,54 @@ def test_random_ops_use_default_generator(device0):
          torch.nn.functional.dropout(torch.ones(50, device="flagos"), 0.5).cpu(),
          torch.empty(10, device="flagos").uniform_().cpu())
     assert all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+def test_ops_without_a_generator_argument_follow_the_flagos_generator(device0):
+    # native_dropout takes no generator: its kernel draws from the twin's default generator,
+    # which holds the flagos generator's state for the call (dispatch/default_generator.h)
+    x = torch.ones(1000, device="flagos")
+    F.manual_seed(0)
+    a = torch.nn.functional.dropout(x, 0.5).cpu()
+    torch.randn(100)  # torch's CPU generator moves; flagos' does not
+    F.manual_seed(0)
+    assert torch.equal(torch.nn.functional.dropout(x, 0.5).cpu(), a)
+    state = F.get_rng_state()
+    b = torch.nn.functional.dropout(x, 0.5).cpu()
+    assert not torch.equal(a, b)  # the flagos generator advanced
+    F.set_rng_state(state)
+    assert torch.equal(torch.nn.functional.dropout(x, 0.5).cpu(), b)
+    cpu_state = torch.get_rng_state()
+    torch.nn.functional.dropout(x, 0.5)
+    assert torch.equal(torch.get_rng_state(), cpu_state)
+    torch.manual_seed(3)  # one seed: the same numbers as torch's CPU kernel
+    want = torch.nn.functional.dropout(torch.ones(1000), 0.5)
+    torch.manual_seed(3)
+    assert torch.equal(torch.nn.functional.dropout(x, 0.5).cpu(), want)
+
+
+@pytest.mark.parametrize("reentrant", [True, False])
+def test_checkpointed_dropout_recomputes_the_same_mask(device0, reentrant):
+    # torch.utils.checkpoint restores the flagos RNG state (torch.flagos._initialized) for
+    # the recomputation, which then draws the forward's dropout mask again
+    masks = []
+
+    class Dropout(torch.nn.Module):
+        def forward(self, x):
+            y = torch.nn.functional.dropout(x, 0.5, training=True)
+            masks.append((y != 0).cpu())
+            return y
+
+    fl = torch.nn.Sequential(torch.nn.Linear(16, 16), Dropout()).to("flagos")
+    x = torch.randn(8, 16).to("flagos").requires_grad_()
+    F.manual_seed(1)
+    fl(x).sum().backward()
+    want = fl[0].weight.grad.cpu()
+    fl.zero_grad()
+    masks.clear()
+    F.manual_seed(1)
+    torch.utils.checkpoint.checkpoint(fl, x, use_reentrant=reentrant,
+                                      preserve_rng_state=True).sum().backward()
+    torch.testing.assert_close(fl[0].weight.grad.cpu(), want)
+    assert all(torch.equal(m, masks[0]) for m in masks)
+    if reentrant:
+        assert len(masks) == 2  # the forward and its recomputation

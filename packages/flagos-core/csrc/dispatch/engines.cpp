@@ -11,6 +11,7 @@
 #include "aten/alias.h"
 #include "dispatch/conv_layout.h"
 #include "dispatch/cpu_dtype_gaps.h"
+#include "dispatch/default_generator.h"
 #include "dispatch/dispatcher.h"
 #include "dispatch/twin_call.h"
 
@@ -73,6 +74,8 @@ void run_cpu_kernel(const c10::OperatorHandle& requested, torch::jit::Stack* sta
     }
   }
   try {
+    std::optional<DefaultGeneratorLent> rng;
+    if (draws_from_default_generator(op)) rng.emplace(device, c10::Device(c10::kCPU));
     at::native::cpu_fallback(op, stack);
   } catch (const c10::Error& e) {
     // A sparse/quantized CPU result cannot move to flagos: say so plainly.

@@ -12,6 +12,18 @@ namespace py = pybind11;
 
 namespace flagos {
 
+std::unique_lock<std::recursive_mutex> lock_releasing_gil(std::recursive_mutex& mutex) {
+  std::unique_lock<std::recursive_mutex> lock(mutex, std::try_to_lock);
+  if (lock.owns_lock()) return lock;
+  if (Py_IsInitialized() && PyGILState_Check()) {
+    py::gil_scoped_release nogil;
+    lock.lock();
+  } else {
+    lock.lock();
+  }
+  return lock;
+}
+
 PyObjectRef::PyObjectRef(void* obj) : obj_(obj) {
   if (obj_) {
     py::gil_scoped_acquire gil;

@@ -3,6 +3,7 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -34,5 +35,9 @@ PyObjectRef call_kernel_resolver(const PyObjectRef& resolver, const std::string&
 // (stack untouched) when the kernel returns NotImplemented. Takes the GIL.
 bool call_python_kernel(const PyObjectRef& kernel, const c10::OperatorHandle& op,
                         torch::jit::Stack* stack);
+
+// `mutex` locked; waited for without the GIL where this thread holds it, so that a thread
+// holding the lock can take the GIL (a Python kernel) while others wait.
+std::unique_lock<std::recursive_mutex> lock_releasing_gil(std::recursive_mutex& mutex);
 
 }  // namespace flagos

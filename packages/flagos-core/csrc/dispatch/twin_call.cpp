@@ -3,6 +3,7 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 
+#include "dispatch/default_generator.h"
 #include "dispatch/dispatcher.h"
 #include "dispatch/twin_layouts.h"
 #include "runtime/generator.h"
@@ -171,7 +172,15 @@ bool TwinCall::run_with(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   }
   enter();
   KernelScope scope(*this);  // until the results are mapped back (adopted inside it)
-  if (!kernel(op, stack)) {
+  bool served;
+  {
+    std::optional<DefaultGeneratorLent> rng;
+    if (draws_from_default_generator(op))
+      rng.emplace(device_, c10::Device(twin_, twin_ == c10::DeviceType::CPU
+                                                  ? c10::DeviceIndex(-1) : twin_index(device_)));
+    served = kernel(op, stack);
+  }
+  if (!served) {
     for (size_t i = 0; i < n; ++i) (*stack)[base + i] = std::move(given[i]);
     return false;
   }

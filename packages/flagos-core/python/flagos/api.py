@@ -63,6 +63,15 @@ def is_initialized() -> bool:
     return _C._hals_initialized()
 
 
+def __getattr__(name: str) -> object:
+    # torch.utils.checkpoint saves and restores a device module's RNG state only where its
+    # ``_initialized`` is true (torch.cuda's flag): without it, a checkpointed region's
+    # recomputation would draw other dropout masks than its forward.
+    if name == "_initialized":
+        return _C._hals_initialized()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def _is_in_bad_fork() -> bool:
     """True in a child forked from a process that had initialized flagos."""
     return _C._in_bad_fork()
