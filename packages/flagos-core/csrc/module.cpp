@@ -10,6 +10,7 @@
 #include "aten/host_results.h"
 #include "compiled_code.h"
 #include "dispatch/cpu_dtype_gaps.h"
+#include "dispatch/default_generator.h"
 #include "dispatch/dispatcher.h"
 #include "dispatch/provider_call.h"
 #include "dispatch/routed_as_themselves.h"
@@ -151,6 +152,28 @@ PYBIND11_MODULE(_C, m) {
     }
     return out;
   });
+  // dispatch/default_generator.h; a context manager
+  struct DefaultGeneratorLentScope {
+    at::Generator lent;
+    c10::Device twin;
+    std::optional<flagos::DefaultGeneratorLent> lending;
+  };
+  py::class_<DefaultGeneratorLentScope>(m, "_DefaultGeneratorLent")
+      .def(py::init([](py::handle gen, const std::string& type, int index) {
+        TORCH_CHECK(THPGenerator_Check(gen.ptr()), "flagos: a torch.Generator is needed");
+        c10::Device twin(type);
+        if (index >= 0 && !twin.is_cpu()) twin.set_index(static_cast<c10::DeviceIndex>(index));
+        return std::unique_ptr<DefaultGeneratorLentScope>(new DefaultGeneratorLentScope{
+            reinterpret_cast<THPGenerator*>(gen.ptr())->cdata, twin, std::nullopt});
+      }))
+      .def("__enter__", [](DefaultGeneratorLentScope& s) -> DefaultGeneratorLentScope& {
+        s.lending.emplace(s.lent, s.twin);
+        return s;
+      }, py::return_value_policy::reference)
+      .def("__exit__", [](DefaultGeneratorLentScope& s, py::args) {
+        s.lending.reset();
+        return false;
+      });
   m.def("_default_generator", [](int d) {
     return py::reinterpret_steal<py::object>(
         THPGenerator_initDefaultGenerator(flagos::default_generator(d)));

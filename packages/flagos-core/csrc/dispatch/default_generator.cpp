@@ -37,19 +37,24 @@ bool draws_from_default_generator(const c10::OperatorHandle& op) {
   return true;
 }
 
-DefaultGeneratorLent::DefaultGeneratorLent(c10::DeviceIndex device, c10::Device twin) {
+DefaultGeneratorLent::DefaultGeneratorLent(at::Generator lent, c10::Device twin) {
   at::Generator def = twin.is_cpu() ? at::detail::getDefaultCPUGenerator()
                                     : at::globalContext().defaultGenerator(twin);
-  auto mine = twin_generator_for(std::nullopt, device, twin.type());
-  if (lending_here || !mine || mine->unsafeGetGeneratorImpl() == def.unsafeGetGeneratorImpl())
+  if (lending_here || !lent.defined() ||
+      lent.unsafeGetGeneratorImpl() == def.unsafeGetGeneratorImpl())
     return;
   lock_ = lock_releasing_gil(lending());
   lending_here = true;
   default_ = def;
-  flagos_ = *mine;
+  flagos_ = lent;
   own_ = state_of(default_);
   set_state(default_, state_of(flagos_));
 }
+
+DefaultGeneratorLent::DefaultGeneratorLent(c10::DeviceIndex device, c10::Device twin)
+    : DefaultGeneratorLent(twin_generator_for(std::nullopt, device, twin.type())
+                               .value_or(at::Generator()),
+                           twin) {}
 
 DefaultGeneratorLent::~DefaultGeneratorLent() {
   if (!default_.defined()) return;

@@ -19,12 +19,16 @@ namespace flagos {
 // A random op (tagged nondeterministic_seeded) without a Generator argument.
 bool draws_from_default_generator(const c10::OperatorHandle& op);
 
-// For its lifetime, `twin`'s default generator holds the state of flagos:`device`'s
-// default generator for that twin; then the flagos generator takes the state the calls
-// left and the default generator gets its own back. Lendings are serialized process-wide
-// (waiting without the GIL), so two threads never lend at once.
+// For its lifetime, `twin`'s default generator holds the state of `lent`; then `lent`
+// takes the state the calls left and the default generator gets its own back (nothing is
+// lent where `lent` is that default generator). Lendings are serialized process-wide
+// (waiting without the GIL), so two threads never lend at once. Python has it as
+// `flagos._C._DefaultGeneratorLent(generator, device_type, index)`, a context manager, for
+// library kernels that ignore the generator they are given.
 class DefaultGeneratorLent {
  public:
+  DefaultGeneratorLent(at::Generator lent, c10::Device twin);
+  // Lends flagos:`device`'s default generator for that twin.
   DefaultGeneratorLent(c10::DeviceIndex device, c10::Device twin);
   ~DefaultGeneratorLent();
   DefaultGeneratorLent(const DefaultGeneratorLent&) = delete;

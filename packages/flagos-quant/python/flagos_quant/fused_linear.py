@@ -138,19 +138,12 @@ torch.library.register_autograd(FP8_WEIGHT_LINEAR, _fp8_backward, setup_context=
 torch.library.register_autograd(NVFP4_WEIGHT_LINEAR, _nvfp4_backward, setup_context=_setup)
 
 
-def _any_requires_grad(*values: object) -> bool:
-    return any(isinstance(v, torch.Tensor) and v.requires_grad for v in values)
-
-
-_any_requires_grad = getattr(torch._C, "_any_requires_grad", _any_requires_grad)
-
-
 def _below_autograd_unless_needed(op, x: torch.Tensor, bias: torch.Tensor | None, *args):
     """``op(x, *args)``; when no gradient can flow (grad mode off, or no tensor argument
     requires one) below autograd's dispatch key, whose kernel for these ops is
     Python (``register_autograd``) and would only pass the call on: about 30 us a call on
     the H200's host, a decode layer's whole GPU time. Traced as is under torch.compile."""
-    if torch.is_grad_enabled() and _any_requires_grad(x, bias, *args) \
+    if torch.is_grad_enabled() and torch._C._any_requires_grad(x, bias, *args) \
             or torch.compiler.is_compiling():
         return op(x, *args)
     with torch._C._AutoDispatchBelowAutograd():
