@@ -36,7 +36,8 @@ __all__ = ["guard_hopper_kernel", "is_dense"]
 
 _HOPPER_OPS = os.path.join("runtime", "backend", "_nvidia", "hopper", "ops")
 _MAX_FLAT = 2**31 - 2**16  # 32-bit offsets, with a block's worth of masked lanes to spare
-_FLOATS = (torch.float16, torch.bfloat16, torch.float32)
+# the floating dtypes FlagGems' Hopper kernels are written for -> elements per 16 bytes
+_PER_16_BYTES = {torch.float16: 8, torch.bfloat16: 8, torch.float32: 4}
 
 
 def is_dense(t: torch.Tensor) -> bool:
@@ -68,7 +69,7 @@ def _mul_exact(a: object, b: object, *_: object, **__: object) -> bool:
 
 
 def _sqrt_exact(a: torch.Tensor, *_: object, **__: object) -> bool:
-    return a.dtype in _FLOATS and _flat_ok(a)
+    return a.dtype in _PER_16_BYTES and _flat_ok(a)
 
 
 def _self_flat(a: torch.Tensor, *_: object, **__: object) -> bool:
@@ -80,32 +81,36 @@ def _out_flat(a: torch.Tensor, *_: object, out: torch.Tensor | None = None,
     return out is None or (out.shape == a.shape and _flat_ok(out))
 
 
-def _mm_operand_ok(t: torch.Tensor) -> bool:
+def _tma_ok(t: torch.Tensor, element_size: int) -> bool:
     """What a TMA descriptor of ``t`` (or of ``t.T`` when column-major) needs."""
     s0, s1 = t.stride()
     if s0 > 1 and s1 > 1:
         return True  # FlagGems makes it contiguous first
-    if 0 in (s0, s1) or t.data_ptr() % 16:
+    if s0 == 0 or s1 == 0 or t.data_ptr() % 16:
         return False
-    lead = s0 if s1 == 1 else s1
-    return (lead * t.element_size()) % 16 == 0
+    return ((s0 if s1 == 1 else s1) * element_size) % 16 == 0
 
 
 def _mm_exact(a: torch.Tensor, b: torch.Tensor, *_: object,
               out: torch.Tensor | None = None, **__: object) -> bool:
-    if a.dim() != 2 or b.dim() != 2 or a.dtype != b.dtype or a.dtype not in _FLOATS:
+    dtype = a.dtype
+    per_16_bytes = _PER_16_BYTES.get(dtype)
+    if per_16_bytes is None or b.dtype != dtype:
         return False
-    (m, k), n = a.shape, b.shape[1]
-    if min(m, n, k) == 0 or a.shape[1] != b.shape[0]:
+    sa, sb = a.shape, b.shape
+    if len(sa) != 2 or len(sb) != 2:
         return False
-    if out is not None and (out.shape != (m, n) or out.dtype != a.dtype):
+    (m, k), (kb, n) = sa, sb
+    if k != kb or m == 0 or n == 0 or k == 0:
+        return False
+    if out is not None and (out.shape != (m, n) or out.dtype != dtype):
         return False  # ATen would resize or refuse; FlagGems writes it as it is
     if n == 1:  # its matrix-vector kernel writes row i at offset i
         return out is None or out.stride(0) == 1 or m == 1
-    per_16_bytes = 16 // a.element_size()
     if n % per_16_bytes or k % per_16_bytes:
         return True  # no TMA: its general kernel takes any strides
-    return _mm_operand_ok(a) and _mm_operand_ok(b) and (
+    size = 16 // per_16_bytes
+    return _tma_ok(a, size) and _tma_ok(b, size) and (
         out is None or (out.is_contiguous() and out.data_ptr() % 16 == 0))
 
 
