@@ -55,9 +55,12 @@ for s in "$@"; do
            2>&1 | tee "$OUT/zoo.log" | tail -40
          python3 integration_tests/models/zoo_table.py "$OUT/zoo-cuda.json" | tee "$OUT/zoo-cuda.md" ;;
     zoo-gems) step zoo-gems  # a Transformers and a Diffusers model through the gems routes
+      # on a fresh machine FlagGems compiles and autotunes each kernel on first use (minutes):
+      # each check's time is logged as it ends, and every thread's stack once a test runs long
       PYTHONPATH=/tmp/site FLAGOS_ROUTES_FILE=gems FLAGOS_HAL=cuda FLAGOS_TEST_HW=cuda HF_HUB_OFFLINE=1 \
-        FLAGOS_ZOO_RESULTS="$OUT/zoo-gems.json" timeout ${ZOO_GEMS_TIMEOUT:-400} python3 -m pytest -q -p no:cacheprovider \
-        integration_tests/models/test_zoo.py -k "Llama or UNet2DModel" 2>&1 | tee "$OUT/zoo-gems.log" | tail -20
+        PYTHONUNBUFFERED=1 FLAGOS_ZOO_RESULTS="$OUT/zoo-gems.json" timeout ${ZOO_GEMS_TIMEOUT:-560} \
+        python3 -m pytest -v -p no:cacheprovider --log-cli-level=INFO -o faulthandler_timeout=240 \
+        integration_tests/models/test_zoo.py -k "UNet2DModel or Llama" 2>&1 | tee "$OUT/zoo-gems.log" | tail -40
       python3 integration_tests/models/zoo_table.py "$OUT/zoo-gems.json" | tee "$OUT/zoo-gems.md" ;;
     compile) step compile; FLAGOS_HAL=cuda timeout ${COMPILE_TIMEOUT:-400} python3 packages/flagos-compile/benchmarks/compile_speedup.py --device cuda \
              2>&1 | tee "$OUT/compile.log" | tail -30 ;;

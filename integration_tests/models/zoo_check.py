@@ -11,11 +11,16 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
+
+# Each check's time, as it ends (pytest --log-cli-level=INFO shows it live: a first run on
+# a GPU spends minutes compiling and autotuning a kernel library's kernels).
+log = logging.getLogger("flagos.zoo")
 
 # Every run of this process appends here; conftest writes them out (FLAGOS_ZOO_RESULTS).
 RESULTS: list[dict[str, Any]] = []
@@ -191,7 +196,10 @@ def run_case(case: Case, mode: str = "eager",
     try:
         for check in case.checks:
             record[check] = "failed"
+            began = time.perf_counter()
             record[check] = CHECKS[check](case, ref, run_model, dict(inputs))
+            log.info("%s %s: %s in %.1f s", case.name, check, record[check],
+                     time.perf_counter() - began)
         record["status"] = "pass"
     except BaseException as e:
         record["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
