@@ -7,7 +7,8 @@ Rows, each on plain CUDA tensors and on flagos tensors routed to ``boxing`` (the
 Triton kernel): the module's forward; the op through the dispatcher (with and without
 autograd's key, i.e. outside and inside ``torch.inference_mode``); the Triton wrapper
 alone (checks, output allocation, launch); the launch alone. ``--profile`` adds cProfile's
-top functions of the flagos module call. Needs a CUDA twin (the cuda HAL).
+top functions of the module call on CUDA tensors and on flagos tensors (where the
+difference goes). Needs a CUDA twin (the cuda HAL).
 """
 
 from __future__ import annotations
@@ -104,12 +105,22 @@ def _check(fmt: str, layer, x: torch.Tensor, paths: dict) -> None:
             raise SystemExit(f"{fmt} {name}: result differs from the definition ({err:.2e})")
 
 
+def _profile(fn, calls: int = 300) -> cProfile.Profile:
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        fn()
+    prof.disable()
+    return prof
+
+
 @torch.no_grad()
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", default="4096,4096", help="N,K of the weight")
     ap.add_argument("--min-time", type=float, default=0.2)
-    ap.add_argument("--profile", action="store_true", help="cProfile the flagos calls")
+    ap.add_argument("--profile", action="store_true",
+                    help="cProfile the module calls, on CUDA and on flagos tensors")
     args = ap.parse_args()
     if flagos.get_device_properties(0).twin_device != "cuda":
         raise SystemExit("needs the cuda HAL (FLAGOS_HAL=cuda) on a CUDA GPU")
@@ -132,25 +143,24 @@ def main() -> None:
         cuda_paths["launch only"] = _launch_only(layer, xc)
         cuda_us = {name: us(fn, "cuda") for name, fn in cuda_paths.items()}
         _check(fmt, layer, xc, cuda_paths)
+        if args.profile:
+            profiles[f"{fmt} module forward on CUDA tensors"] = _profile(
+                cuda_paths["module forward"])
         layer.to("flagos")
         with flagos.routing.override(ROUTES):
             flagos_paths = _paths(layer, xf)
             flagos_us = {name: us(fn, "flagos") for name, fn in flagos_paths.items()}
             if args.profile:
-                prof = cProfile.Profile()
-                prof.enable()
-                for _ in range(300):
-                    flagos_paths["module forward"]()
-                prof.disable()
-                profiles[fmt] = prof
+                profiles[f"{fmt} module forward on flagos"] = _profile(
+                    flagos_paths["module forward"])
         layer.to("cuda")
         for name, t in cuda_us.items():
             f = flagos_us.get(name)
             table.add(fmt, name, t, "-" if f is None else f,
                       "-" if f is None else round(f - t, 2))
     print(table.format(), flush=True)
-    for fmt, prof in profiles.items():
-        print(f"\n== cProfile, {fmt} module forward on flagos, 300 calls (tottime)")
+    for what, prof in profiles.items():
+        print(f"\n== cProfile, {what}, 300 calls (tottime)")
         pstats.Stats(prof).sort_stats("tottime").print_stats(25)
 
 
