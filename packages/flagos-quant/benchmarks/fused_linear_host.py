@@ -2,6 +2,7 @@
 the host), layer by layer of the call path, beside bf16 ``F.linear``:
 
     FLAGOS_HAL=cuda python packages/flagos-quant/benchmarks/fused_linear_host.py [--profile]
+        [--json PATH]
 
 Rows, each on plain CUDA tensors and on flagos tensors routed to ``boxing`` (the twin's
 Triton kernel): the module's forward; the op through the dispatcher (with and without
@@ -21,7 +22,7 @@ import flagos
 import torch
 import torch.nn.functional as F
 from flagos.bench import timeit
-from flagos.bench_results import Table
+from flagos.bench_results import Table, write_json
 from flagos_quant import FP8Linear, quantize_fp8, quantize_linears, set_weight_only, triton_linear
 from flagos_quant.fused_linear import FP8_WEIGHT_LINEAR, NVFP4_WEIGHT_LINEAR
 
@@ -121,6 +122,7 @@ def main() -> None:
     ap.add_argument("--min-time", type=float, default=0.2)
     ap.add_argument("--profile", action="store_true",
                     help="cProfile the module calls, on CUDA and on flagos tensors")
+    ap.add_argument("--json", default="", help="also write the table here (JSON)")
     args = ap.parse_args()
     if flagos.get_device_properties(0).twin_device != "cuda":
         raise SystemExit("needs the cuda HAL (FLAGOS_HAL=cuda) on a CUDA GPU")
@@ -159,6 +161,8 @@ def main() -> None:
             table.add(fmt, name, t, "-" if f is None else f,
                       "-" if f is None else round(f - t, 2))
     print(table.format(), flush=True)
+    if args.json:
+        write_json(args.json, [table])
     for what, prof in profiles.items():
         print(f"\n== cProfile, {what}, 300 calls (tottime)")
         pstats.Stats(prof).sort_stats("tottime").print_stats(25)
