@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import logging
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -207,3 +211,18 @@ def run_case(case: Case, mode: str = "eager",
     finally:
         record["seconds"] = round(time.perf_counter() - start, 2)
     return record
+
+
+def run_in_process(name: str, mode: str, env: dict[str, str], *options: str,
+                   timeout: float = 300) -> tuple[subprocess.CompletedProcess, dict | None]:
+    """Runs case ``name`` through ``zoo_run.py`` in a process of its own (for settings read
+    when flagos or Triton load), adds its record to RESULTS and returns the process and
+    the record (None: it printed none)."""
+    proc = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("zoo_run.py")), "--mode", mode,
+         *options, name], env=env, capture_output=True, text=True, timeout=timeout,
+        check=False)
+    records = [json.loads(line.split(" ", 1)[1]) for line in proc.stdout.splitlines()
+               if line.startswith("ZOO-RESULT ")]
+    RESULTS.extend(records)
+    return proc, records[0] if records else None

@@ -1,6 +1,7 @@
 """Runs zoo cases in this process and prints each record as one JSON line.
 
-    python integration_tests/models/zoo_run.py [--mode MODE] [--shadow] NAME...
+    python integration_tests/models/zoo_run.py [--mode MODE] [--shadow]
+        [--kernel-library MODULE:CLASS] NAME...
 
 The opaque-memory tests start it with FLAGOS_NO_HOST_ALIAS=1, which flagos reads when it
 loads, so it needs a process of its own.
@@ -8,11 +9,18 @@ loads, so it needs a process of its own.
 ``--shadow`` checks every routed op call of each case against torch's CPU kernels on
 copies of its inputs (shadow verification at rate 1, without quarantine) and prints the
 (op, provider) pairs that mismatched, with the last error and the tensor arguments of that
-call (where a model's difference comes from), and the calls the reference could not run."""
+call (where a model's difference comes from), and the calls the reference could not run.
+
+``--kernel-library MODULE:CLASS`` serves every op that a Python kernel library
+(a ``flagos_ops_gems.KernelLibrary``, importable as ``MODULE``) implements with it, as
+provider ``library`` ahead of ``boxing`` and ``cpu``; each record counts its calls per op
+(``library_calls``). A vendor's own Triton kernels run through the zoo this way."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib
 import json
 import os
 import sys
@@ -48,12 +56,35 @@ def _print_mismatches(name: str) -> None:
     flagos.routing.reset_stats()
 
 
+def _kernel_library_routes(spec: str) -> contextlib.AbstractContextManager:
+    """Registers the kernel library ``MODULE:CLASS`` as provider ``library``; the routes
+    that put it first, for the ``with`` block of the run."""
+    import flagos
+    from flagos_ops_gems import register_library
+
+    module, _, cls = spec.partition(":")
+    library = getattr(importlib.import_module(module), cls)()
+    flagos.routing.register_provider(register_library("library", library))
+    return flagos.routing.override({"default": ["library", "boxing", "cpu"]})
+
+
+def _library_calls() -> dict[str, int]:
+    import flagos
+
+    calls = {op: by["library"]["calls"] for op, by in sorted(flagos.routing.stats().items())
+             if by.get("library", {}).get("calls")}
+    flagos.routing.reset_stats()
+    return calls
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="+", choices=sorted(CASES), metavar="NAME")
     parser.add_argument("--mode", default="eager", help="the mode named in the records")
     parser.add_argument("--shadow", action="store_true",
                         help="check every op call against the CPU; print the mismatches")
+    parser.add_argument("--kernel-library", metavar="MODULE:CLASS",
+                        help="serve the ops this kernel library implements with it first")
     args = parser.parse_args()
     if args.shadow:
         from flagos.routing import shadow
@@ -61,18 +92,23 @@ def main() -> int:
         shadow.enable("*", rate=1.0)
     torch.backends.cudnn.allow_tf32 = False  # as the zoo's conftest: fp32 comparisons
     torch.backends.cuda.matmul.allow_tf32 = False
+    routes = _kernel_library_routes(args.kernel_library) if args.kernel_library \
+        else contextlib.nullcontext()
     failed = 0
-    for name in args.names:
-        try:
-            record = run_case(CASES[name], mode=args.mode)
-        except Exception:  # noqa: BLE001 - recorded and reported; the next case still runs
-            from zoo_check import RESULTS
+    with routes:
+        for name in args.names:
+            try:
+                record = run_case(CASES[name], mode=args.mode)
+            except Exception:  # noqa: BLE001 - recorded and reported; the next case runs
+                from zoo_check import RESULTS
 
-            record = RESULTS[-1]
-            failed += 1
-        print("ZOO-RESULT " + json.dumps(record), flush=True)
-        if args.shadow:
-            _print_mismatches(name)
+                record = RESULTS[-1]
+                failed += 1
+            if args.kernel_library:
+                record["library_calls"] = _library_calls()
+            print("ZOO-RESULT " + json.dumps(record), flush=True)
+            if args.shadow:
+                _print_mismatches(name)
     return 1 if failed else 0
 
 
