@@ -14,6 +14,7 @@
 #include "dispatch/dispatcher.h"
 #include "dispatch/provider_call.h"
 #include "dispatch/routed_as_themselves.h"
+#include "dispatch/twin_call.h"
 #include "graph/graph.h"
 #include "runtime/allocator.h"
 #include "runtime/device_fault.h"
@@ -93,6 +94,20 @@ PYBIND11_MODULE(_C, m) {
     return *twin == c10::DeviceType::CPU ? flagos::install_host_results_allocator()
                                          : flagos::device_results_on(*twin);
   }, py::arg("d") = 0);
+  // Extension ops ("ns::name") whose twin kernels allocate only through tensor factories:
+  // their results are made in flagos memory on a device twin too (dispatch/twin_call.h).
+  m.def("_allow_device_results", [](const std::vector<std::string>& ops) {
+    for (const auto& op : ops) {
+      TORCH_CHECK(op.find("::") != std::string::npos && op.find('.') == std::string::npos,
+                  "flagos: an op is named \"namespace::name\" (every overload), got \"", op, "\"");
+      flagos::allow_device_results_for(op);
+    }
+  }, py::arg("ops"));
+  m.def("_device_results_allowed", [](const std::string& name, const std::string& overload) {
+    auto op = c10::Dispatcher::singleton().findOp({name, overload});
+    TORCH_CHECK(op.has_value(), "flagos: no operator ", name, ".", overload);
+    return flagos::device_results_allowed(*op);
+  }, py::arg("name"), py::arg("overload") = "");
   // The twin device the engines use for a device ("cpu", "cuda" or "none"): the HAL's
   // native device unless FLAGOS_NO_HOST_ALIAS makes every HAL count as opaque.
   m.def("_twin_device", [](int d) -> std::string {

@@ -114,3 +114,29 @@ def test_native_cuda_thread_beside_flagos_ops() -> None:
     assert not errors, errors
     assert native_allocs[0] > 0
     assert _cuda_allocations() - before_cuda >= native_allocs[0]
+
+
+_lib = torch.library.Library("flagos_results_test", "DEF")
+for _name in ("declared", "undeclared"):
+    _lib.define(f"{_name}(Tensor x) -> Tensor")
+    _lib.impl(_name, lambda x: torch.empty_like(x).copy_(x).mul_(2), "CUDA")
+flagos._routing_backend.results_in_flagos_memory(["flagos_results_test::declared"])
+
+
+@pytest.mark.parametrize("name", ["declared", "undeclared"])
+def test_extension_op_results_are_flagos_memory_where_declared(name: str) -> None:
+    """An extension op's CUDA kernel runs with its allocations in flagos memory only where
+    its package declared them factory-only (results_in_flagos_memory); otherwise its
+    result comes from the CUDA caching allocator and is copied."""
+    op = getattr(torch.ops.flagos_results_test, name)
+    x = torch.randn(1000)
+    dx = x.to("flagos")
+    with flagos.routing.override({f"flagos_results_test::{name}": ["boxing"]}):
+        op(dx)  # warm
+        torch.flagos.synchronize()
+        before = _cuda_allocations()
+        got = op(dx)
+        torch.flagos.synchronize()
+    assert (_cuda_allocations() == before) == (name == "declared")
+    assert got.device.type == "flagos"
+    torch.testing.assert_close(got.cpu(), x * 2)

@@ -102,6 +102,14 @@ def test_the_twin_kernels_through_boxing_match_cpu(m, stats) -> None:
     assert calls(NVFP4_WEIGHT_LINEAR, "boxing") == 1
 
 
+def test_twin_kernels_results_are_declared_factory_allocated() -> None:
+    # their CUDA kernels allocate with torch.empty only: through boxing on a CUDA twin the
+    # result is made in flagos memory instead of being copied (flagos-core's device results)
+    flagos.routing.providers()  # the provider entry points are loaded
+    for op in (FP8_WEIGHT_LINEAR, NVFP4_WEIGHT_LINEAR):
+        assert flagos._C._device_results_allowed(op)
+
+
 def test_emulation_serves_where_no_twin_kernel_does(stats) -> None:
     w = torch.randn(64, 128)
     packed, scale, glob = quantize_nvfp4(w)

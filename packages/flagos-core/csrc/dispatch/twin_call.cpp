@@ -3,6 +3,9 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 
+#include <shared_mutex>
+#include <unordered_set>
+
 #include "dispatch/default_generator.h"
 #include "dispatch/dispatcher.h"
 #include "dispatch/twin_layouts.h"
@@ -29,7 +32,25 @@ bool is_aten(const c10::OperatorHandle& op) {
   return op.operator_name().name.compare(0, 6, "aten::") == 0;
 }
 
+// Declared once per op by its package, read on every call of a non-aten op.
+std::shared_mutex g_results_allowed_mutex;
+std::unordered_set<std::string>& results_allowed() {
+  static auto* ops = new std::unordered_set<std::string>();  // leaked: read at exit
+  return *ops;
+}
+
 }  // namespace
+
+void allow_device_results_for(const std::string& op) {
+  std::unique_lock lock(g_results_allowed_mutex);
+  results_allowed().insert(op);
+}
+
+bool device_results_allowed(const c10::OperatorHandle& op) {
+  if (is_aten(op)) return true;
+  std::shared_lock lock(g_results_allowed_mutex);
+  return results_allowed().count(op.operator_name().name) != 0;
+}
 
 bool is_optional_generator(const c10::Argument& arg) {
   auto t = arg.type();
@@ -134,10 +155,11 @@ TwinCall::KernelScope::KernelScope(const TwinCall& call) {
   // The kernel's own allocations (its results) land in flagos memory: no copy after.
   if (call.twin_ == c10::DeviceType::CPU) {
     if (install_host_results_allocator()) host_results_.emplace(call.device_);
-  } else if (call.on_flagos_stream_ && call.op_ && is_aten(*call.op_) &&
+  } else if (call.on_flagos_stream_ && call.op_ && device_results_allowed(*call.op_) &&
              device_results_on(call.twin_)) {
-    // ATen's kernels only: an extension's kernel may allocate with raw_allocate, which
-    // requires a context the flagos DataPtr does not have (aten/device_results.h).
+    // ATen's kernels and the extension ops declared so: another extension's kernel may
+    // allocate with raw_allocate, which requires a context the flagos DataPtr does not
+    // have (aten/device_results.h).
     device_results_.emplace(DeviceResultsScope{
         call.device_, c10::Device(call.twin_, call.twin_index(call.device_)),
         call.on_flagos_stream_->twin_stream()});

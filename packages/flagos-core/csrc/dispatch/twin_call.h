@@ -13,6 +13,7 @@
 #include <c10/util/SmallVector.h>
 
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "aten/alias.h"
@@ -27,6 +28,13 @@ namespace flagos {
 std::optional<at::Generator> twin_generator_for(const std::optional<at::Generator>& gen,
                                                 c10::DeviceIndex device, c10::DeviceType twin);
 bool is_optional_generator(const c10::Argument& arg);
+
+// Extension ops (not aten::) whose twin kernels allocate only through tensor factories
+// (at::empty, torch.empty, ATen ops), never Allocator::raw_allocate, declared by their
+// package ("ns::name", every overload): on a device twin their results are then made in
+// flagos memory as ATen ops' are, instead of being copied (aten/device_results.h).
+void allow_device_results_for(const std::string& op);
+bool device_results_allowed(const c10::OperatorHandle& op);
 
 class TwinCall {
  public:

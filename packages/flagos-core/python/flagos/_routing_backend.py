@@ -161,6 +161,16 @@ def route_ops_as_themselves(ops: Iterable[str]) -> list[str]:
     return list(_C._route_ops_as_themselves(list(ops)))
 
 
+def results_in_flagos_memory(ops: Iterable[str]) -> None:
+    """Declare that the twin-device kernels of these extension ops (``"ns::name"``, every
+    overload) allocate only through tensor factories (``torch.empty``, ATen ops), never
+    through ``Allocator::raw_allocate``. On a CUDA twin their results are then allocated in
+    flagos memory while the kernel runs, as ATen ops' are, instead of being copied into it
+    afterwards (one allocation and one device copy per result). ATen ops need no
+    declaration; an undeclared extension op's results are copied."""
+    _C._allow_device_results(list(ops))
+
+
 def register_external_provider(name: str, engine: object) -> None:
     """Register a C++ provider ``name`` whose engine is in another shared library:
     ``engine`` is a PyCapsule named ``"flagos.provider_engine"`` holding a

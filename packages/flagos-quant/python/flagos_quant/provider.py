@@ -59,5 +59,10 @@ class EmulationProvider(Provider):
 
 
 def provider() -> EmulationProvider:
-    """Entry point of group ``flagos.ops``."""
+    """Entry point of group ``flagos.ops``. Also declares that the packed linear ops'
+    kernels allocate through ``torch.empty`` only, so that through ``boxing`` on a CUDA twin
+    their results are made in flagos memory rather than copied into it."""
+    from flagos._routing_backend import results_in_flagos_memory
+
+    results_in_flagos_memory([FP8_WEIGHT_LINEAR, NVFP4_WEIGHT_LINEAR])
     return EmulationProvider()
