@@ -203,7 +203,8 @@ def _launch(triton, kernels: _Family, x: torch.Tensor, y: torch.Tensor, gemv_onl
         tile = _forced_gemv_tile or ((4, _MIN_BLOCK_K, 4, 2) if kernels.interpreted
                                      else gemv_tile)
         args.update(_gemv_meta(tile, gemv_only.get("SCALE_K", 0)))
-        kernels.gemv((triton.cdiv(n, args["BLOCK_N"]), m), args)
+        # not triton.cdiv: a constexpr_function since Triton 3.6, microseconds a call
+        kernels.gemv((-(-n // args["BLOCK_N"]), m), args)
         return
     kernel = kernels.small if m <= 16 else kernels.large
     args.update(M=m, M_BUCKET=_m_bucket(m), IEEE=x.dtype == torch.float32)
