@@ -11,6 +11,7 @@ import flagos
 import pytest
 import torch
 import torch.nn.functional as F
+from flagos._routing_backend import results_in_flagos_memory
 
 pytestmark = pytest.mark.skipif(os.environ.get("FLAGOS_TEST_HW", "sim") != "cuda",
                                 reason="needs the CUDA HAL on a GPU")
@@ -120,7 +121,7 @@ _lib = torch.library.Library("flagos_results_test", "DEF")
 for _name in ("declared", "undeclared"):
     _lib.define(f"{_name}(Tensor x) -> Tensor")
     _lib.impl(_name, lambda x: torch.empty_like(x).copy_(x).mul_(2), "CUDA")
-flagos._routing_backend.results_in_flagos_memory(["flagos_results_test::declared"])
+results_in_flagos_memory(["flagos_results_test::declared"])
 
 
 @pytest.mark.parametrize("name", ["declared", "undeclared"])
