@@ -6,7 +6,7 @@
 Each folder under ``docs/bench/results`` holds the latest results of one machine (``sim``,
 ``cuda-nvidia-h200``, ...), one JSON file per benchmark run as ``flagos.bench_results``
 writes them (a file with ``tables``, or a single table with its own ``machine`` and
-``command``). The page is docs/bench/intro.md, then a summary of the headline ratios,
+``command``). The page is docs/bench/intro.md, then a summary of the headline measures,
 then one section per machine with every table, its command, the commit it was measured at
 and its plot (docs/bench/plots/, SVG). The summary table is also written into README.md
 between its ``bench-summary`` markers. ``--check`` fails when the files on disk differ
@@ -140,7 +140,8 @@ def _column(t: dict, name: str) -> list[float]:
 
 
 def summary(machines: dict[str, list[dict]]) -> list[str]:
-    """The headline ratios per machine: one row per measure that a machine has."""
+    """The headline measures per machine (ratios, and the gems host cost in us): one row
+    per measure that a machine has."""
     rows: list[list[object]] = []
 
     def add(what: str, machine: str, value: float, goal: str, bench: str) -> None:
@@ -162,6 +163,23 @@ def summary(machines: dict[str, list[dict]]) -> list[str]:
         if _column(t, "ratio"):
             add("torch.compile speedup on flagos / speedup native (geomean)", machine,
                 statistics.geometric_mean(_column(t, "ratio")), ">= 0.98", "compile")
+    for machine, t in _tables(machines, "gems-host"):
+        over = _column(t, "gems - FlagGems us")
+        if over:
+            add(f"gems route's host cost over FlagGems' own call, max of {len(over)} ops "
+                "(us per call)", machine, max(over), "<= 5", "gems-host")
+    for machine, t in _tables(machines, "quant-decode"):
+        if machine == "sim":  # a smoke run there: the CPU twin dequantizes, nothing is fused
+            continue
+        case = t["columns"].index("case")
+        for r in t["rows"]:
+            if r[case] == "FP8 weight-only, fused":
+                for col, what in (("vs flagos bf16", "wall time"),
+                                  ("GPU time vs bf16", "GPU kernel time")):
+                    v = r[t["columns"].index(col)] if col in t["columns"] else None
+                    if isinstance(v, (int, float)):
+                        add(f"FP8-weight decode step (batch 1), fused emulation / bf16: {what}",
+                            machine, v, "<= 1", "quant-decode")
     for machine, t in _tables(machines, "allreduce"):
         big = [r[t["columns"].index("ratio")] for r in t["rows"] if r[0] >= (64 << 20)]
         if big:
@@ -169,7 +187,7 @@ def summary(machines: dict[str, list[dict]]) -> list[str]:
                 machine, min(big), ">= 0.98", "allreduce")
     if not rows:
         return []
-    return markdown_table(["measure", "machine", "ratio", "goal", "table"], rows)
+    return markdown_table(["measure", "machine", "value", "goal", "table"], rows)
 
 
 def _anchor(machine: str) -> str:
