@@ -96,12 +96,16 @@ PYBIND11_MODULE(_C, m) {
   }, py::arg("d") = 0);
   // Extension ops ("ns::name") whose twin kernels allocate only through tensor factories:
   // their results are made in flagos memory on a device twin too (dispatch/twin_call.h).
+  // All names are checked before any is declared. An op may be declared before it is
+  // defined (it is looked up by name at each call).
   m.def("_allow_device_results", [](const std::vector<std::string>& ops) {
     for (const auto& op : ops) {
-      TORCH_CHECK(op.find("::") != std::string::npos && op.find('.') == std::string::npos,
+      auto sep = op.find("::");
+      TORCH_CHECK(sep != std::string::npos && sep > 0 && sep + 2 < op.size() &&
+                      op.find('.') == std::string::npos,
                   "flagos: an op is named \"namespace::name\" (every overload), got \"", op, "\"");
-      flagos::allow_device_results_for(op);
     }
+    for (const auto& op : ops) flagos::allow_device_results_for(op);
   }, py::arg("ops"));
   m.def("_device_results_allowed", [](const std::string& name, const std::string& overload) {
     auto op = c10::Dispatcher::singleton().findOp({name, overload});

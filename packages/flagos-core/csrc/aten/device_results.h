@@ -9,10 +9,11 @@
 // allocator (counted there, like every flagos byte; nothing reserved by a second pool);
 // adopt_device_result then turns such a result into a flagos tensor in place.
 //
-// Only ATen's kernels run in the scope: an extension's kernel may allocate through
-// Allocator::raw_allocate, which needs the DataPtr's context to be its pointer (a flagos
-// block's is the block), so extension ops' results are copied as before. Only allocations
-// on the kernel's own (twin) stream are served.
+// ATen's kernels run in the scope, and the kernels of extension ops declared factory-only
+// (allow_device_results_for, dispatch/twin_call.h): another extension's kernel may allocate
+// through Allocator::raw_allocate, which needs the DataPtr's context to be its pointer (a
+// flagos block's is the block; it fails loudly there), so undeclared extension ops' results
+// are copied. Only allocations on the kernel's own (twin) stream are served.
 //
 // Nothing here is CUDA's: a twin device type gets device results when an allocator for it
 // registers an installer (register_device_results_installer). CUDA's wraps torch's CUDA

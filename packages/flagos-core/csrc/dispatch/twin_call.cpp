@@ -33,23 +33,28 @@ bool is_aten(const c10::OperatorHandle& op) {
 }
 
 // Declared once per op by its package, read on every call of a non-aten op.
-std::shared_mutex g_results_allowed_mutex;
-std::unordered_set<std::string>& results_allowed() {
-  static auto* ops = new std::unordered_set<std::string>();  // leaked: read at exit
-  return *ops;
+struct ResultsAllowed {
+  std::shared_mutex mutex;
+  std::unordered_set<std::string> ops;
+};
+ResultsAllowed& results_allowed() {
+  static auto* allowed = new ResultsAllowed();  // leaked: ops may run during exit
+  return *allowed;
 }
 
 }  // namespace
 
 void allow_device_results_for(const std::string& op) {
-  std::unique_lock lock(g_results_allowed_mutex);
-  results_allowed().insert(op);
+  auto& allowed = results_allowed();
+  std::unique_lock lock(allowed.mutex);
+  allowed.ops.insert(op);
 }
 
 bool device_results_allowed(const c10::OperatorHandle& op) {
   if (is_aten(op)) return true;
-  std::shared_lock lock(g_results_allowed_mutex);
-  return results_allowed().count(op.operator_name().name) != 0;
+  auto& allowed = results_allowed();
+  std::shared_lock lock(allowed.mutex);
+  return allowed.ops.count(op.operator_name().name) != 0;
 }
 
 bool is_optional_generator(const c10::Argument& arg) {

@@ -212,7 +212,7 @@ def _launch(triton, kernels: _Family, x: torch.Tensor, y: torch.Tensor, gemv_onl
         args.update(BLOCK_M=16, BLOCK_N=32, BLOCK_K=_MIN_BLOCK_K)
 
     def grid(c):
-        return triton.cdiv(n, c["BLOCK_N"]), triton.cdiv(m, c["BLOCK_M"])
+        return -(-n // c["BLOCK_N"]), -(-m // c["BLOCK_M"])
 
     kernel[grid](**args)
 
