@@ -2,6 +2,7 @@
 CUDA HAL, measured side by side in one run.
 
     python packages/flagos-ops-gems/benchmarks/gems_bench.py [--only host,model] [--quick]
+        [--rounds N] [--ops add,mm] [--json PATH]
 
 ``host``: host microseconds per call of small hot ops (GPU work negligible, so the time is
 what the host spends per call), each timed four ways in alternating rounds:
@@ -79,7 +80,7 @@ def _served(name: str, fn, args) -> str:
     return ", ".join(parts) or "no routed op"
 
 
-def bench_host(min_time: float, rounds: int) -> Table:
+def bench_host(min_time: float, rounds: int, only: list[str] | None = None) -> Table:
     import flag_gems
 
     cuda = flagos.twin_device(0)
@@ -92,7 +93,13 @@ def bench_host(min_time: float, rounds: int) -> Table:
                    "gems - FlagGems us", "served through flagos (gems route)"],
                   plot=Plot("bar", "op", ["gems - FlagGems us"],
                             ylabel="us flagos adds over FlagGems per call"))
+    unknown = sorted(set(only or ()) - set(native_ops))
+    if unknown:
+        raise SystemExit(f"gems_bench: no host op {', '.join(unknown)}; the ops are "
+                         f"{', '.join(native_ops)}")
     for name, (fn, args_n) in native_ops.items():
+        if only and name not in only:
+            continue
         args_f = flagos_ops[name][1]
         t = {"native": [], "FlagGems": [], "gems": [], "boxing": []}
         for _ in range(rounds):
@@ -206,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--json", default="", help="also write the tables here (JSON)")
     p.add_argument("--profile", default="", help="host ops to profile instead (see above)")
+    p.add_argument("--ops", default="", help="time only these host ops (comma-separated)")
     args = p.parse_args(argv)
     if flagos.device_count() == 0 or flagos.get_device_properties(0).twin_device != "cuda":
         print("gems_bench: needs a flagos device on a CUDA HAL (FLAGOS_HAL=cuda)")
@@ -220,7 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile:
         profile_host(args.profile.split(","))
         return 0
-    sections = {"host": lambda: bench_host(0.05 if args.quick else 0.2, args.rounds),
+    only = [o for o in args.ops.split(",") if o] or None
+    sections = {"host": lambda: bench_host(0.05 if args.quick else 0.2, args.rounds, only),
                 "model": lambda: bench_model(args.quick)}
     tables = run_sections(sections, args.only)
     if args.json:
