@@ -29,37 +29,32 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import flagos
 import torch
+from flagos.routing import shadow
 from zoo_cases import CASES
-from zoo_check import run_case
+from zoo_check import RESULTS, run_case
 
 
 def _print_mismatches(name: str) -> None:
-    import flagos
-    from flagos.routing import shadow
-
-    rows = [(op, p, r) for op, by in sorted(flagos.routing.stats().items())
-            for p, r in by.items() if r.get("mismatches")]
-    checked = sum(r.get("shadowed", 0) for by in flagos.routing.stats().values()
-                  for r in by.values())
+    stats = sorted(flagos.routing.stats().items())
+    rows = [(op, p, r) for op, by in stats for p, r in by.items() if r.get("mismatches")]
+    checked = sum(r.get("shadowed", 0) for _, by in stats for r in by.values())
     print(f"ZOO-SHADOW {name}: {checked} calls checked, {len(rows)} (op, provider) pairs "
           "mismatched", flush=True)
     for op, provider, r in rows:
         print(f"  {op} [{provider}] {r['mismatches']} of {r['shadowed']} calls; last: "
               f"{r['last_inputs']}: {r['last_error']}", flush=True)
-    for op, by in sorted(flagos.routing.stats().items()):  # the reference could not run
+    for op, by in stats:  # the reference could not run
         for provider, r in by.items():
             if r.get("unchecked"):
                 print(f"  unchecked: {op} [{provider}] {r['unchecked']} calls: "
                       f"{r['last_unchecked']}", flush=True)
-    shadow.reset_counts()
-    flagos.routing.reset_stats()
 
 
 def _kernel_library_routes(spec: str) -> contextlib.AbstractContextManager:
     """Registers the kernel library ``MODULE:CLASS`` as provider ``library``; the routes
     that put it first, for the ``with`` block of the run."""
-    import flagos
     from flagos_ops_gems import register_library
 
     module, _, cls = spec.partition(":")
@@ -69,8 +64,6 @@ def _kernel_library_routes(spec: str) -> contextlib.AbstractContextManager:
 
 
 def _library_calls() -> dict[str, int]:
-    import flagos
-
     return {op: by["library"]["calls"] for op, by in sorted(flagos.routing.stats().items())
             if by.get("library", {}).get("calls")}
 
@@ -85,8 +78,6 @@ def main() -> int:
                         help="serve the ops this kernel library implements with it first")
     args = parser.parse_args()
     if args.shadow:
-        from flagos.routing import shadow
-
         shadow.enable("*", rate=1.0)
     torch.backends.cudnn.allow_tf32 = False  # as the zoo's conftest: fp32 comparisons
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -98,19 +89,15 @@ def main() -> int:
             try:
                 record = run_case(CASES[name], mode=args.mode)
             except Exception:  # noqa: BLE001 - recorded and reported; the next case runs
-                from zoo_check import RESULTS
-
                 record = RESULTS[-1]
                 failed += 1
             if args.kernel_library:
                 record["library_calls"] = _library_calls()
             print("ZOO-RESULT " + json.dumps(record), flush=True)
             if args.shadow:
-                _print_mismatches(name)  # resets the counts for the next case
-            elif args.kernel_library:
-                import flagos
-
-                flagos.routing.reset_stats()
+                _print_mismatches(name)
+                shadow.reset_counts()
+            flagos.routing.reset_stats()  # each case's counts are its own
     return 1 if failed else 0
 
 
