@@ -171,15 +171,12 @@ def summary(machines: dict[str, list[dict]]) -> list[str]:
     for machine, t in _tables(machines, "quant-decode"):
         if machine == "sim":  # a smoke run there: the CPU twin dequantizes, nothing is fused
             continue
-        case = t["columns"].index("case")
-        for r in t["rows"]:
-            if r[case] == "FP8 weight-only, fused":
-                for col, what in (("vs flagos bf16", "wall time"),
-                                  ("GPU time vs bf16", "GPU kernel time")):
-                    v = r[t["columns"].index(col)] if col in t["columns"] else None
-                    if isinstance(v, (int, float)):
-                        add(f"FP8-weight decode step (batch 1), fused emulation / bf16: {what}",
-                            machine, v, "<= 1", "quant-decode")
+        rows_by_name = [dict(zip(t["columns"], r)) for r in t["rows"]]
+        for row in (r for r in rows_by_name if r.get("case") == "FP8 weight-only, fused"):
+            for col, what in (("vs flagos bf16", "wall time"), ("GPU time vs bf16", "GPU kernel time")):
+                if isinstance(row.get(col), (int, float)):
+                    add(f"FP8-weight decode step (batch 1), fused emulation / bf16: {what}",
+                        machine, row[col], "<= 1", "quant-decode")
     for machine, t in _tables(machines, "allreduce"):
         big = [r[t["columns"].index("ratio")] for r in t["rows"] if r[0] >= (64 << 20)]
         if big:

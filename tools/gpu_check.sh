@@ -55,9 +55,9 @@ for s in "$@"; do
            2>&1 | tee "$OUT/zoo.log" | tail -40
          python3 integration_tests/models/zoo_table.py "$OUT/zoo-cuda.json" | tee "$OUT/zoo-cuda.md" ;;
     zoo-gems) step zoo-gems  # a Transformers and a Diffusers model through the gems routes
-      # on a fresh machine FlagGems compiles and autotunes each kernel on first use (minutes):
-      # each check's time is logged as it ends, and every thread's stack once a test runs long
-      # one process per model, each under its own limit: a slow one does not hide the other
+      # FlagGems compiles and autotunes each kernel on first use, slow on a fresh machine: one
+      # process and limit per model, each check's time logged as it ends, every thread's
+      # stack dumped once a test runs long
       for model in UNet2DModel Llama; do
         PYTHONPATH=/tmp/site FLAGOS_ROUTES_FILE=gems FLAGOS_HAL=cuda FLAGOS_TEST_HW=cuda HF_HUB_OFFLINE=1 \
           PYTHONUNBUFFERED=1 FLAGOS_ZOO_RESULTS="$OUT/zoo-gems-$model.json" timeout ${ZOO_GEMS_TIMEOUT:-280} \
