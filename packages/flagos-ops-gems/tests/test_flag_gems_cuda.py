@@ -128,7 +128,7 @@ def test_autograd_matches_cpu(gems) -> None:
 
 def test_broadcast_and_expanded_operands_match_cpu(gems) -> None:
     # FlagGems' Hopper mul indexes by flat offset: such calls are declined to boxing there
-    # (flagos_ops_gems/_hopper_kernels.py)
+    # (flagos_ops_gems/_kernel_guards.py)
     torch.manual_seed(0)
     t, freqs = torch.tensor([10.0, 20.0]), torch.arange(16.0)
     got = t.to("flagos")[:, None] * freqs.to("flagos")[None, :]
@@ -172,3 +172,42 @@ def test_kernel_error_leaves_the_device_usable(gems) -> None:
         torch.mm(a, b)  # 4x5 @ 4x5
     assert torch.equal(a.cpu(), before)
     torch.testing.assert_close((a @ b.t()).cpu(), before @ b.cpu().t(), rtol=1e-4, atol=1e-4)
+
+
+def test_cpu_scalar_operands_are_declined(gems) -> None:
+    # ATen takes a CPU scalar tensor beside device tensors (a Diffusers scheduler's
+    # `alpha_prod_t ** 0.5 * sample`); FlagGems' Triton kernels cannot read host memory
+    y = torch.randn(4, 8)
+    scale = torch.tensor(0.25)
+    torch.testing.assert_close((scale * y.to("flagos")).cpu(), scale * y)
+    torch.testing.assert_close((y.to("flagos") * scale).cpu(), y * scale)
+    assert flagos.routing.stats()["aten::mul.Tensor"]["gems"]["declined"] >= 2
+
+
+def test_layout_assumptions_of_generic_kernels_are_guarded(gems) -> None:
+    # FlagGems' group norm (channels per group not a power of two), nearest upsampling of
+    # a channels-last input, slice_backward of a non-contiguous gradient:
+    # flagos_ops_gems/_kernel_guards.py
+    torch.manual_seed(0)
+    x = torch.randn(2, 96, 16, 16)
+    for groups in (32, 24):  # 3 and 4 channels per group
+        norm = torch.nn.GroupNorm(groups, 96)
+        xf = x.to("flagos").requires_grad_()
+        xc = x.clone().requires_grad_()
+        norm.to("flagos")(xf).square().sum().backward()
+        norm.cpu()(xc).square().sum().backward()
+        torch.testing.assert_close(xf.grad.cpu(), xc.grad, rtol=1e-3, atol=1e-3)
+    last = torch.randn(2, 64, 8, 8).to(memory_format=torch.channels_last)
+    got = F.interpolate(last.to("flagos"), scale_factor=2.0).cpu()
+    torch.testing.assert_close(got, F.interpolate(last, scale_factor=2.0))
+    q = torch.randn(2, 4, 12, 8)
+    qf = q.to("flagos").requires_grad_()
+    qc = q.clone().requires_grad_()
+    w = torch.randn(2, 4, 12, 8)
+
+    def rotate_half(t):  # a rotary embedding's: cat's backward hands slices views
+        return torch.cat((-t[..., 4:], t[..., :4]), dim=-1)
+
+    (rotate_half(qf) * w.to("flagos")).sum().backward()
+    (rotate_half(qc) * w).sum().backward()
+    torch.testing.assert_close(qf.grad.cpu(), qc.grad)

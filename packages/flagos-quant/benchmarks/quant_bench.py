@@ -1,6 +1,7 @@
 """Emulated FP8 / NVFP4 against bf16 and against native FP8, side by side in one run:
 
     FLAGOS_HAL=cuda python packages/flagos-quant/benchmarks/quant_bench.py [--quick] [--json PATH]
+        [--only linear,decode,accuracy]
 
 1. linear layers (batch 1 decode and batch 16): bf16 vs FP8 and NVFP4 weights, emulated
    (weight-only, and the format's activation scheme through aten::_scaled_mm routed to
@@ -229,7 +230,10 @@ def main() -> None:
                     help="seconds of calls per linear-layer timing (default 0.3)")
     ap.add_argument("--batches", default="1,16",
                     help="activation rows of the linear-layer timings (default 1,16)")
+    ap.add_argument("--only", default="linear,decode,accuracy",
+                    help="the tables to run, of linear, decode, accuracy (default all)")
     args = ap.parse_args()
+    only = set(args.only.split(","))
     done: list[Table] = []
 
     def report(table: Table) -> None:  # as each table completes: a cut run keeps them
@@ -254,9 +258,10 @@ def main() -> None:
                    ["shape", "case", "flagos us", "vs flagos bf16", "native cuda us",
                     "vs native cuda"], notes=[*NOTES, ("native cuda = the same computation "
                                                        "on plain CUDA tensors, same process")])
-    for row in bench_linears(shapes, [int(b) for b in args.batches.split(",")], min_time):
-        linear.add(*row[1:])
-    report(linear)
+    if "linear" in only:
+        for row in bench_linears(shapes, [int(b) for b in args.batches.split(",")], min_time):
+            linear.add(*row[1:])
+        report(linear)
     decode = Table("quant-decode", "Llama decode step (batch 1, KV cache) with FP8 / NVFP4 "
                    "weights vs bf16", ["model", "case", "flagos us per token",
                                        "vs flagos bf16", "GPU kernel us per token",
@@ -267,14 +272,16 @@ def main() -> None:
                                    "in eager decoding")],
                    plot=Plot("bar", x="case", y=["vs flagos bf16", "GPU time vs bf16"],
                              ylabel="time / bf16 on flagos", reference=1.0))
-    for row in bench_decode(cfg, steps=4 if quick else 32, prompt=16 if quick else 64):
-        decode.add(*row[1:])
-    report(decode)
+    if "decode" in only:
+        for row in bench_decode(cfg, steps=4 if quick else 32, prompt=16 if quick else 64):
+            decode.add(*row[1:])
+        report(decode)
     acc = Table("quant-accuracy", "FP8 _scaled_mm, emulated and native, vs float64 of the "
                 "same FP8 operands", ["shape", "case", "relative L2 error"], notes=NOTES)
-    for row in accuracy(16, 1024 if quick else 4096, 1024 if quick else 4096):
-        acc.add(*row[1:3], row[-1])
-    report(acc)
+    if "accuracy" in only:
+        for row in accuracy(16, 1024 if quick else 4096, 1024 if quick else 4096):
+            acc.add(*row[1:3], row[-1])
+        report(acc)
 
 
 if __name__ == "__main__":

@@ -53,6 +53,26 @@ const ResolvedKernel& kernel_for(const PyObjectRef& resolver, const c10::Operato
   return *entry.second;
 }
 
+// Whether a tensor argument lies in host memory while the twin is a device: a CPU scalar
+// tensor, which ATen accepts beside device tensors (`x * torch.tensor(0.5)`), and which a
+// library's device kernels cannot read (a Triton kernel given its pointer raises).
+bool has_host_tensor(const torch::jit::Stack& stack, size_t num_args) {
+  auto on_host = [](const at::Tensor& t) { return t.defined() && t.is_cpu(); };
+  for (size_t i = stack.size() - num_args; i < stack.size(); ++i) {
+    const c10::IValue& v = stack[i];
+    if (v.isTensor()) {
+      if (on_host(v.toTensor())) return true;
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList().vec())
+        if (on_host(t)) return true;
+    } else if (v.isList()) {  // Tensor?[]
+      for (const c10::IValue& e : v.toListRef())
+        if (e.isTensor() && on_host(e.toTensor())) return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 bool run_foreign(const PyObjectRef& resolver, const c10::OperatorHandle& op,
@@ -62,6 +82,9 @@ bool run_foreign(const PyObjectRef& resolver, const c10::OperatorHandle& op,
   auto twin = twin_device_type(device);
   // No twin (opaque memory): the library's kernels could not address the tensors.
   if (!twin) return false;
+  if (*twin != c10::DeviceType::CPU &&
+      has_host_tensor(*stack, op.schema().arguments().size()))
+    return false;
   TwinCall call(device, *twin);
   return call.run_with(op, stack, [&](const c10::OperatorHandle& o, torch::jit::Stack* s) {
     return call_python_kernel(resolved.kernel, o, s);

@@ -14,6 +14,8 @@
 // twin generator for a generator argument) and returns the op's results on the twin, or
 // NotImplemented to decline the call (the next provider of the chain runs; the caller's
 // arguments are untouched). A resolver that returns None declines every call of that op.
+// On a device twin, a call with a tensor argument in host memory (a CPU scalar tensor) is
+// declined before the kernel is asked: the library's device kernels cannot read it.
 #pragma once
 
 #include <ATen/core/dispatch/Dispatcher.h>

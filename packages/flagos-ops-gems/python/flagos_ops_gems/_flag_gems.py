@@ -17,7 +17,7 @@ from types import MappingProxyType
 
 from ._default_generator import draws_from_given_generator
 from ._fused_adapters import fused_kernels
-from ._hopper_kernels import guard_hopper_kernel
+from ._kernel_guards import guard_kernel
 from ._library import KernelLibrary, LibraryUnavailable, OpTable
 
 __all__ = ["SUPPORTED", "FlagGems"]
@@ -103,7 +103,7 @@ def _op_table(flag_gems) -> tuple[dict[str, object], str]:
     for key, fn in recorder.recorded:
         name, _, overload = key.partition(".")
         full = f"aten::{name}" if overload in ("", "default") else f"aten::{name}.{overload}"
-        table[full] = guard_hopper_kernel(fn)  # FlagGems' Hopper kernels: _hopper_kernels.py
+        table[full] = guard_kernel(fn)  # kernels with layout assumptions: _kernel_guards.py
     if "aten::multinomial" in table:  # draws from the default generator (_default_generator.py)
         table["aten::multinomial"] = draws_from_given_generator(table["aten::multinomial"])
     for op, fn in fused_kernels(flag_gems).items():

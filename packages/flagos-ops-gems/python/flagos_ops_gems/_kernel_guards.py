@@ -1,9 +1,20 @@
-"""FlagGems' kernels for compute capability 9 (Hopper), run only on the calls they compute
-as ATen does.
+"""FlagGems kernels with layout or shape assumptions that ATen's kernels do not make, run
+only on the calls they compute as ATen does; every other call is declined, and the chain's
+next provider runs it.
 
-On Hopper FlagGems 5.0 registers, in place of its generic kernels, the ones of
-``flag_gems/runtime/backend/_nvidia/hopper/ops/``. Several make layout assumptions that
-ATen's kernels do not:
+Generic kernels (``flag_gems/ops/``), on every chip:
+
+- ``native_group_norm`` and its backward mask a group's rows by ``channel < C`` instead of
+  by the group's own channel count, so where ``C / groups`` is not a power of two each
+  group also reads (and its backward writes) the first channels of the next group: a
+  Diffusers UNet with 96 channels in 32 groups gets wrong activations.
+- ``upsample_nearest2d`` reads its input as a contiguous NCHW tensor: a channels-last input
+  (a UNet's upsampler after a convolution) is read in the wrong order.
+- ``slice_backward`` reads the incoming gradient as contiguous: a gradient that is a view
+  (a rotary embedding's half, ``[..., :d/2]``) is read in the wrong order.
+
+Hopper kernels: on compute capability 9 FlagGems 5.0 registers, in place of its generic
+kernels, the ones of ``flag_gems/runtime/backend/_nvidia/hopper/ops/``:
 
 - ``mul`` (when both operands have the same rank), ``sqrt``, ``sqrt_`` and the in-place
   and ``out=`` forms of ``fill`` read and write ``numel()`` elements from each tensor's
@@ -20,8 +31,9 @@ ATen's kernels do not:
 
 On plain CUDA tensors with ``flag_gems.enable()`` the same calls are just as wrong (on the
 H200 a Diffusers ``UNet2DModel`` fails in its time embedding and a Llama's logits are off
-by 0.37, from ``mul``). The provider runs these kernels only on calls that meet their
-assumptions and declines every other call, which the chain's next provider then runs.
+by 0.37, from ``mul``). Through the gems routes on the H200, shadow verification found the
+generic ones: ``native_group_norm`` and ``upsample_nearest2d`` in a ``UNet2DModel``,
+whose output then differs in every element, and ``slice_backward`` in a Llama's gradients.
 """
 
 from __future__ import annotations
@@ -32,8 +44,9 @@ from collections.abc import Callable
 
 import torch
 
-__all__ = ["guard_hopper_kernel", "is_dense"]
+__all__ = ["guard_kernel", "is_dense"]
 
+_GENERIC_OPS = os.path.join("flag_gems", "ops")
 _HOPPER_OPS = os.path.join("runtime", "backend", "_nvidia", "hopper", "ops")
 _MAX_FLAT = 2**31 - 2**16  # 32-bit offsets, with a block's worth of masked lanes to spare
 # the floating dtypes FlagGems' Hopper kernels are written for -> elements per 16 bytes
@@ -114,8 +127,28 @@ def _mm_exact(a: torch.Tensor, b: torch.Tensor, *_: object,
         out is None or (out.is_contiguous() and out.data_ptr() % 16 == 0))
 
 
+def _groups_of_power_of_two(*args: object, **__: object) -> bool:
+    # native_group_norm(input, weight, bias, N, C, HxW, group, eps) and
+    # native_group_norm_backward(grad_out, input, mean, rstd, weight, N, C, HxW, group, mask)
+    c, groups = (args[4], args[6]) if len(args) == 8 else (args[6], args[8])
+    per_group = c // groups if groups else 0
+    return per_group > 0 and per_group & (per_group - 1) == 0
+
+
+def _input_contiguous(a: torch.Tensor, *_: object, **__: object) -> bool:
+    return a.is_contiguous()
+
+
+# (file in the generic ops folder, function) -> whether the kernel computes a call exactly
+_GENERIC_EXACT: dict[tuple[str, str], Callable[..., bool]] = {
+    ("groupnorm.py", "group_norm"): _groups_of_power_of_two,
+    ("groupnorm.py", "group_norm_backward"): _groups_of_power_of_two,
+    ("upsample_nearest2d.py", "upsample_nearest2d"): _input_contiguous,
+    ("slice_backward.py", "slice_backward"): _input_contiguous,
+}
+
 # (file in the hopper ops folder, function) -> whether the kernel computes a call exactly
-_EXACT: dict[tuple[str, str], Callable[..., bool]] = {
+_HOPPER_EXACT: dict[tuple[str, str], Callable[..., bool]] = {
     ("mul.py", "mul"): _mul_exact,
     ("sqrt.py", "sqrt"): _sqrt_exact,
     ("sqrt.py", "sqrt_"): _sqrt_exact,
@@ -133,14 +166,15 @@ def _exactness_check(fn: Callable[..., object]) -> Callable[..., bool] | None:
     if code is None:
         return None
     folder, file = os.path.split(code.co_filename)
-    if not folder.endswith(_HOPPER_OPS):
-        return None
-    return _EXACT.get((file, fn.__name__))
+    for suffix, table in ((_HOPPER_OPS, _HOPPER_EXACT), (_GENERIC_OPS, _GENERIC_EXACT)):
+        if folder.endswith(suffix):
+            return table.get((file, fn.__name__))
+    return None
 
 
-def guard_hopper_kernel(fn: Callable[..., object]) -> Callable[..., object]:
-    """``fn``, or, for one of the Hopper kernels above, ``fn`` returning NotImplemented
-    (the call is declined) where its result would differ from ATen's."""
+def guard_kernel(fn: Callable[..., object]) -> Callable[..., object]:
+    """``fn``, or, for one of the kernels above, ``fn`` returning NotImplemented (the call
+    is declined) where its result would differ from ATen's."""
     exact = _exactness_check(fn)
     if exact is None:
         return fn

@@ -1,7 +1,7 @@
-"""FlagGems' Hopper kernels run only on the calls they compute as ATen does
-(flagos_ops_gems/_hopper_kernels.py); the others are declined to the chain's next
-provider. The kernels here are CPU stand-ins (the flat ones with the same flat indexing),
-in files at the path FlagGems keeps them under."""
+"""FlagGems' kernels with layout assumptions run only on the calls they compute as ATen
+does (flagos_ops_gems/_kernel_guards.py); the others are declined to the chain's next
+provider. The kernels here are CPU stand-ins with the same indexing as FlagGems' (flat
+offsets, contiguous reads, group masks), in files at the paths FlagGems keeps them under."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import flagos
 import pytest
 import torch
 from flagos_ops_gems import KernelLibrary, register_library
-from flagos_ops_gems._hopper_kernels import guard_hopper_kernel, is_dense
+from flagos_ops_gems._kernel_guards import guard_kernel, is_dense
 
 OP = "aten::mul.Tensor"
 FLAT_OPS = '''
@@ -57,10 +57,54 @@ def mm_out(a, b, *, out):
 '''
 
 
-def _load(folder, file: str):
+# FlagGems' generic kernels' indexing (flag_gems/ops/groupnorm.py, upsample_nearest2d.py,
+# slice_backward.py), in PyTorch
+GENERIC_OPS = '''
+import torch
+
+
+def _as_contiguous(t):  # the memory from t's first element read as a contiguous tensor
+    return t.as_strided(t.shape, torch.empty(t.shape).stride())
+
+
+def group_norm(input, weight, bias, N, C, HxW, group, eps=1e-05):
+    size = C // group
+    block = 1 << (size - 1).bit_length()  # rows masked by channel < C, not by the group
+    x = input.reshape(N, C * HxW)
+    y, mean, rstd = torch.empty_like(x), torch.empty(N, group), torch.empty(N, group)
+    for n in range(N):
+        for g in range(group):
+            rows = slice(g * size * HxW, min(g * size + block, C) * HxW)
+            v = x[n, rows]
+            mean[n, g] = v.sum() / (size * HxW)
+            var = ((v - mean[n, g]) ** 2).sum() / (size * HxW)
+            rstd[n, g] = (var + eps).rsqrt()
+            c = torch.arange(g * size, min(g * size + block, C)).repeat_interleave(HxW)
+            y[n, rows] = (v - mean[n, g]) * rstd[n, g] * weight[c] + bias[c]
+    return y.reshape(input.shape), mean, rstd
+
+
+def group_norm_backward(grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask):
+    raise AssertionError("a declined call reached the kernel")
+
+
+def upsample_nearest2d(input, output_size, scales_h=None, scales_w=None):
+    return torch.nn.functional.interpolate(_as_contiguous(input), size=list(output_size))
+
+
+def slice_backward(grad_output, input_sizes, dim, start, end, step):
+    grad = torch.zeros(input_sizes)
+    index = [slice(None)] * len(input_sizes)
+    index[dim] = slice(start, end, step)
+    grad[tuple(index)] = _as_contiguous(grad_output)
+    return grad
+'''
+
+
+def _load(folder, file: str, source: str = FLAT_OPS):
     path = folder / file
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(textwrap.dedent(FLAT_OPS))
+    path.write_text(textwrap.dedent(source))
     spec = importlib.util.spec_from_file_location(f"flat_{abs(hash(str(path)))}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -82,7 +126,7 @@ def test_is_dense() -> None:
 
 
 def test_mul_runs_only_where_flat_indexing_is_exact(hopper) -> None:
-    mul = guard_hopper_kernel(hopper.mul)
+    mul = guard_kernel(hopper.mul)
     assert mul is not hopper.mul
     a = torch.randn(4, 8)
     torch.testing.assert_close(mul(a, a * 2), a * a * 2)
@@ -101,20 +145,20 @@ def test_mul_runs_only_where_flat_indexing_is_exact(hopper) -> None:
 
 def test_sqrt_and_fill_out_decline_what_they_would_get_wrong(tmp_path) -> None:
     ops = _load(tmp_path / "runtime" / "backend" / "_nvidia" / "hopper" / "ops", "sqrt.py")
-    sqrt = guard_hopper_kernel(ops.sqrt)
+    sqrt = guard_kernel(ops.sqrt)
     torch.testing.assert_close(sqrt(torch.arange(4.0)), torch.arange(4.0).sqrt())
     for x in (torch.arange(4), torch.arange(4.0, dtype=torch.float64),  # int, float64
               torch.arange(8.0)[::2], torch.empty(2**31, device="meta")):  # sliced, huge
         assert sqrt(x) is NotImplemented, x.dtype
     fills = _load(tmp_path / "runtime" / "backend" / "_nvidia" / "hopper" / "ops", "fill.py")
-    fill_out = guard_hopper_kernel(fills.fill_scalar_out)
+    fill_out = guard_kernel(fills.fill_scalar_out)
     assert fill_out(torch.zeros(4), 1.0, out=torch.empty(0)) is NotImplemented  # to resize
     assert torch.equal(fill_out(torch.zeros(4), 1.0, out=torch.empty(4)), torch.ones(4))
 
 
 def test_mm_declines_what_its_descriptors_cannot_take(tmp_path) -> None:
     ops = _load(tmp_path / "runtime" / "backend" / "_nvidia" / "hopper" / "ops", "mm.py")
-    mm, mm_out = guard_hopper_kernel(ops.mm), guard_hopper_kernel(ops.mm_out)
+    mm, mm_out = guard_kernel(ops.mm), guard_kernel(ops.mm_out)
     a, b = torch.randn(16, 32), torch.randn(32, 24)
     torch.testing.assert_close(mm(a, b), a @ b)
     torch.testing.assert_close(mm(a.t().contiguous().t(), b), a @ b)  # column-major
@@ -136,7 +180,7 @@ def test_mm_declines_what_its_descriptors_cannot_take(tmp_path) -> None:
 
 def test_fill_of_a_slice_is_declined(tmp_path) -> None:
     ops = _load(tmp_path / "runtime" / "backend" / "_nvidia" / "hopper" / "ops", "fill.py")
-    fill_ = guard_hopper_kernel(ops.fill_scalar_)
+    fill_ = guard_kernel(ops.fill_scalar_)
     x = torch.zeros(4, 4)
     assert fill_(x[:, 0], 1.0) is NotImplemented and not x.any()
     assert fill_(torch.empty(2**31, device="meta"), 1.0) is NotImplemented  # 32-bit offsets
@@ -146,9 +190,45 @@ def test_fill_of_a_slice_is_declined(tmp_path) -> None:
 
 def test_kernels_elsewhere_are_not_wrapped(tmp_path) -> None:
     ops = _load(tmp_path / "flag_gems" / "ops", "mul.py")
-    assert guard_hopper_kernel(ops.mul) is ops.mul
+    assert guard_kernel(ops.mul) is ops.mul
     other = _load(tmp_path / "runtime" / "backend" / "_nvidia" / "hopper" / "ops", "sub.py")
-    assert guard_hopper_kernel(other.mul) is other.mul  # not a file the list names
+    assert guard_kernel(other.mul) is other.mul  # not a file the list names
+
+
+def _generic(tmp_path, file: str):
+    return _load(tmp_path / "flag_gems" / "ops", file, GENERIC_OPS)
+
+
+def test_group_norm_runs_only_with_power_of_two_channels_per_group(tmp_path) -> None:
+    ops = _generic(tmp_path, "groupnorm.py")
+    group_norm = guard_kernel(ops.group_norm)
+    assert group_norm is not ops.group_norm
+    w, b = torch.randn(96), torch.randn(96)
+    x = torch.randn(2, 96, 4, 4)
+    assert group_norm(x, w, b, 2, 96, 16, 32, 1e-5) is NotImplemented  # 3 per group
+    assert not torch.allclose(ops.group_norm(x, w, b, 2, 96, 16, 32, 1e-5)[0],
+                              torch.native_group_norm(x, w, b, 2, 96, 16, 32, 1e-5)[0])
+    got = group_norm(x, w, b, 2, 96, 16, 24, 1e-5)  # 4 per group: served, and right
+    torch.testing.assert_close(got[0], torch.native_group_norm(x, w, b, 2, 96, 16, 24, 1e-5)[0])
+    backward = guard_kernel(ops.group_norm_backward)
+    mean, rstd = torch.randn(2, 32), torch.randn(2, 32)
+    assert backward(x, x, mean, rstd, w, 2, 96, 16, 32, [True, True, True]) is NotImplemented
+
+
+def test_upsample_and_slice_backward_read_only_contiguous_inputs(tmp_path) -> None:
+    up = _generic(tmp_path, "upsample_nearest2d.py")
+    upsample = guard_kernel(up.upsample_nearest2d)
+    x = torch.randn(2, 3, 4, 4)
+    torch.testing.assert_close(upsample(x, [8, 8]), torch._C._nn.upsample_nearest2d(x, [8, 8]))
+    last = x.to(memory_format=torch.channels_last)
+    assert upsample(last, [8, 8]) is NotImplemented
+    assert not torch.equal(up.upsample_nearest2d(last, [8, 8]), upsample(x, [8, 8]))
+    sb = _generic(tmp_path, "slice_backward.py")
+    slice_backward = guard_kernel(sb.slice_backward)
+    g = torch.randn(2, 4, 12, 8)
+    torch.testing.assert_close(slice_backward(g[..., :4].contiguous(), [2, 4, 12, 8], 3, 0, 4, 1),
+                               torch.ops.aten.slice_backward(g[..., :4], [2, 4, 12, 8], 3, 0, 4, 1))
+    assert slice_backward(g[..., :4], [2, 4, 12, 8], 3, 0, 4, 1) is NotImplemented
 
 
 @pytest.fixture
@@ -158,7 +238,7 @@ def flat_provider(hopper):
         keyword_aliases = MappingProxyType({})
 
         def load(self):
-            return {OP: guard_hopper_kernel(hopper.mul)}, frozenset({"cpu", "cuda"})
+            return {OP: guard_kernel(hopper.mul)}, frozenset({"cpu", "cuda"})
 
     flagos.routing.register_provider(register_library("flatmul", Library()))
     flagos.routing.reset_stats()
@@ -182,3 +262,35 @@ def test_declined_calls_run_on_the_next_provider(flat_provider) -> None:
     torch.testing.assert_close(x.grad.cpu(), 2 * y)
     assert _stat(flat_provider, "declined") >= 3  # the broadcast, and both grad muls
     assert _stat(flat_provider, "calls") >= 1  # x * x: one layout, served
+
+
+def test_a_unet_blocks_declined_calls_match_the_cpu(tmp_path) -> None:
+    norm_ops = _generic(tmp_path, "groupnorm.py")
+    up_ops = _generic(tmp_path, "upsample_nearest2d.py")
+    ops = {"aten::native_group_norm": guard_kernel(norm_ops.group_norm),
+           "aten::upsample_nearest2d": guard_kernel(up_ops.upsample_nearest2d)}
+
+    class Library(KernelLibrary):
+        name = "unetops"
+        keyword_aliases = MappingProxyType({})
+
+        def load(self):
+            return ops, frozenset({"cpu", "cuda"})
+
+    flagos.routing.register_provider(register_library("unetops", Library()))
+    flagos.routing.reset_stats()
+    torch.manual_seed(0)
+    x = torch.randn(2, 96, 4, 4)
+    norms = [torch.nn.GroupNorm(32, 96), torch.nn.GroupNorm(24, 96)]  # 3 and 4 per group
+    with torch.no_grad(), flagos.routing.override({op: ["unetops", "boxing", "cpu"]
+                                                   for op in ops}):
+        for norm in norms:
+            got = norm.to("flagos")(x.to("flagos")).cpu()
+            torch.testing.assert_close(got, norm.cpu()(x))
+        last = x.to(memory_format=torch.channels_last)
+        got = torch.nn.functional.interpolate(last.to("flagos"), scale_factor=2.0).cpu()
+        torch.testing.assert_close(got, torch.nn.functional.interpolate(last, scale_factor=2.0))
+    stats = flagos.routing.stats()
+    assert stats["aten::native_group_norm"]["unetops"]["declined"] == 1
+    assert stats["aten::native_group_norm"]["unetops"]["calls"] >= 1
+    assert stats["aten::upsample_nearest2d"]["unetops"]["declined"] == 1
