@@ -11,6 +11,12 @@ run on both with the route forced to one provider (``flagos.routing.override({"d
 - ``out=`` (``op.supports_out``): into empty flagos tensors, which the op must resize;
 - in-place (``op.inplace_variant``): the mutated input.
 
+``--layouts noncontiguous,channels_last`` runs each sample again with its tensors laid out
+otherwise, the flagos copies with exactly the CPU tensors' strides: ``noncontiguous``
+(OpInfo's ``SampleInput.noncontiguous()``: every tensor a strided view with gaps) and
+``channels_last`` (every 4-D tensor channels-last). Kernels that assume a contiguous
+input are wrong only there.
+
 A sample whose CPU run raises is "not runnable on CPU" and is left out; an OpInfo with no
 runnable sample is skipped (not counted). Random ops: both runs are seeded identically with
 ``torch.manual_seed``; when the values still differ and the CPU run itself gives different
@@ -29,6 +35,7 @@ Ops run in worker subprocesses (a crash or a hang costs one OpInfo, reported as 
 
     python integration_tests/opinfo_sweep.py [--route cpu|boxing|twin|gems,boxing|...]
         [--ops name,...] [--max-samples N] [--dtype float32] [--jobs J] [--json out.json]
+        [--layouts noncontiguous,channels_last]
 
 ``--route twin`` registers the core's twin engine as a provider named ``twin`` (what the
 boxing package does under the name ``boxing``), for use without that package. A route of
@@ -125,6 +132,65 @@ def _to_flagos(x):
         return {k: (_DEV[0] if k == "device" and v == "cpu" else _to_flagos(v))
                 for k, v in x.items()}
     return x
+
+
+LAYOUTS = ("noncontiguous", "channels_last")
+
+
+def _relaid(sample, layout: str):
+    """``sample`` with its tensors laid out as ``layout`` says (same values), or None when
+    that changes no tensor of it."""
+    import torch
+
+    if layout == "noncontiguous":
+        new = sample.noncontiguous()
+    else:
+        def last(t):
+            if isinstance(t, torch.Tensor) and t.dim() == 4 and t.layout == torch.strided:
+                c = t.detach().contiguous(memory_format=torch.channels_last)
+                return c.requires_grad_(t.requires_grad)
+            return t
+        new = sample.transform(last)
+    old_strides = [t.stride() for t in _leaf_tensors(sample)]
+    new_strides = [t.stride() for t in _leaf_tensors(new)]
+    return None if old_strides == new_strides else new
+
+
+def _leaf_tensors(sample) -> list:
+    import torch
+
+    found: list = []
+
+    def walk(x):
+        if isinstance(x, torch.Tensor):
+            found.append(x)
+        elif isinstance(x, (list, tuple)):
+            for e in x:
+                walk(e)
+        elif isinstance(x, dict):
+            for e in x.values():
+                walk(e)
+
+    walk((sample.input, sample.args, sample.kwargs))
+    return found
+
+
+def _to_flagos_strided(x):
+    """``_to_flagos`` keeping every tensor's strides exactly (a plain copy to a device
+    makes a tensor with gaps contiguous)."""
+    import torch
+
+    if isinstance(x, torch.Tensor) and x.layout == torch.strided:
+        t = torch.empty_strided(x.size(), x.stride(), dtype=x.dtype, device=_DEV[0])
+        t.copy_(x.detach())
+        return t.requires_grad_(True) if x.requires_grad else t
+    if isinstance(x, list):
+        return [_to_flagos_strided(e) for e in x]
+    if isinstance(x, tuple):
+        return tuple(_to_flagos_strided(e) for e in x)
+    if isinstance(x, dict):
+        return {k: _to_flagos_strided(v) for k, v in x.items()}
+    return _to_flagos(x)
 
 
 def _clone(x):
@@ -598,7 +664,7 @@ def _flagos_samples(op, dtype, req, cpu_samples):
     return out
 
 
-def run_op(op, route: str, dtype, max_samples: int) -> dict:
+def run_op(op, route: str, dtype, max_samples: int, layouts: tuple[str, ...] = ()) -> dict:
     import torch
 
     # FLAGGEMS_CUDA runs without flagos (a CUDA backward fails once a PrivateUse1 backend
@@ -622,7 +688,14 @@ def run_op(op, route: str, dtype, max_samples: int) -> dict:
             cpu_samples = list(itertools.islice(
                 op.sample_inputs("cpu", dtype, requires_grad=req), max_samples))
             fl_samples = _flagos_samples(op, dtype, req, cpu_samples)
-            for i, (sample, fl) in enumerate(zip(cpu_samples, fl_samples)):
+            runs = list(zip(cpu_samples, fl_samples))
+            for layout in layouts:
+                for sample in cpu_samples:
+                    relaid = _relaid(sample, layout)
+                    if relaid is not None:
+                        fl = (relaid.input, list(relaid.args), dict(relaid.kwargs))
+                        runs.append((relaid, _to_flagos_strided(fl)))
+            for i, (sample, fl) in enumerate(runs):
                 _run_sample(op, sample, fl, dtype, res, seed=1234 + i)
                 if res.failed:
                     break
@@ -665,7 +738,8 @@ def worker(args) -> None:
     for key in wanted:
         print(json.dumps({"start": key}), flush=True)
         try:
-            r = run_op(by_key[key], args.route, dtype, args.max_samples)
+            r = run_op(by_key[key], args.route, dtype, args.max_samples,
+                       tuple(x for x in args.layouts.split(",") if x))
         except Exception as e:  # noqa: BLE001
             r = {"op": key, "status": "fail", "error": f"harness: {e!r}"[:300],
                  "trace": traceback.format_exc()[-2000:]}
@@ -688,7 +762,8 @@ def all_op_keys(ops_filter: list[str] | None) -> list[str]:
 def _spawn(args, keys):
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--route", args.route,
            "--dtype", args.dtype, "--max-samples", str(args.max_samples),
-           "--threads", str(args.threads), "--worker-ops", ",".join(keys)]
+           "--threads", str(args.threads), "--layouts", args.layouts,
+           "--worker-ops", ",".join(keys)]
     env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0") \
         if args.route == FLAGGEMS_CUDA else None
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
@@ -816,9 +891,14 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per OpInfo")
     ap.add_argument("--json", default="", help="write the results here")
     ap.add_argument("--log", default="", help="append progress lines here")
+    ap.add_argument("--layouts", default="", help="also run each sample laid out as these "
+                    f"say, comma-separated, of {', '.join(LAYOUTS)} (default: none)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--worker-ops", default="", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    unknown = {x for x in args.layouts.split(",") if x} - set(LAYOUTS)
+    if unknown:
+        ap.error(f"--layouts: unknown {', '.join(sorted(unknown))}; known: {', '.join(LAYOUTS)}")
     if args.worker:
         worker(args)
         return 0
@@ -837,7 +917,8 @@ def main(argv=None) -> int:
     results = sweep(args, keys, log)
     seconds = time.perf_counter() - t0
     summary = summarize(results, args.route)
-    summary.update(seconds=seconds, dtype=args.dtype, max_samples=args.max_samples)
+    summary.update(seconds=seconds, dtype=args.dtype, max_samples=args.max_samples,
+                   layouts=args.layouts)
     print_table(summary, results, seconds)
     if args.json:
         with open(args.json, "w") as f:

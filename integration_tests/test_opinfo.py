@@ -77,3 +77,29 @@ def test_opinfo(op, route):
     served = r.get("providers", {})
     allowed = {route} if route == "cpu" else {route, "cpu"}
     assert set(served) <= allowed, served
+
+
+def test_layout_variants_expose_a_kernel_that_assumes_contiguous_input():
+    # A kernel library whose softmax reads its input as contiguous: right on OpInfo's own
+    # samples, wrong on the same samples laid out with gaps (what FlagGems' slice_backward
+    # and upsample_nearest2d did to models on the H200).
+    gems = pytest.importorskip("flagos_ops_gems")
+
+    def softmax(x, dim, half_to_float):
+        dense = x.as_strided(x.shape, torch.empty(x.shape).stride())
+        return torch._softmax(dense, dim, half_to_float)
+
+    class ContiguousOnly(gems.KernelLibrary):
+        name = "contiguous-only"
+
+        def load(self):
+            return {"aten::_softmax": softmax}, frozenset({"cpu", "cuda"})
+
+    flagos.routing.register_provider(gems.register_library("contig", ContiguousOnly()))
+    op = next(op for op in op_db if op.name == "softmax" and not op.variant_test_name)
+    plain = opinfo_sweep.run_op(op, "contig,boxing", torch.float32, max_samples=2)
+    assert plain["status"] == "pass", plain.get("error")
+    assert plain["by_op"]["aten::_softmax"]["contig"] >= 1
+    relaid = opinfo_sweep.run_op(op, "contig,boxing", torch.float32, max_samples=2,
+                                 layouts=("noncontiguous",))
+    assert relaid["status"] == "fail" and relaid["samples"] > plain["samples"], relaid

@@ -55,15 +55,20 @@ for s in "$@"; do
            2>&1 | tee "$OUT/zoo.log" | tail -40
          python3 integration_tests/models/zoo_table.py "$OUT/zoo-cuda.json" | tee "$OUT/zoo-cuda.md" ;;
     zoo-gems) step zoo-gems  # a Transformers and a Diffusers model through the gems routes
-      # FlagGems compiles and autotunes each kernel on first use, slow on a fresh machine: one
-      # process and limit per model, each check's time logged as it ends, every thread's
-      # stack dumped once a test runs long
-      for model in UNet2DModel Llama; do
+      # FlagGems compiles and autotunes each kernel on first use (minutes on a fresh
+      # machine, one compile at a time per process): one process per case, all at once, each
+      # check's time logged as it ends, every thread's stack dumped once a test runs long
+      for model in "UNet2DModel and not DDIM" DDIM Llama; do
+        f=${model%% *}
         PYTHONPATH=/tmp/site FLAGOS_ROUTES_FILE=gems FLAGOS_HAL=cuda FLAGOS_TEST_HW=cuda HF_HUB_OFFLINE=1 \
-          PYTHONUNBUFFERED=1 FLAGOS_ZOO_RESULTS="$OUT/zoo-gems-$model.json" timeout ${ZOO_GEMS_TIMEOUT:-280} \
-          python3 -m pytest -v -p no:cacheprovider --log-cli-level=INFO -o faulthandler_timeout=240 \
-          integration_tests/models/test_zoo.py -k "$model" 2>&1 | tee "$OUT/zoo-gems-$model.log" | tail -30
-        python3 integration_tests/models/zoo_table.py "$OUT/zoo-gems-$model.json" | tee "$OUT/zoo-gems-$model.md"
+          PYTHONUNBUFFERED=1 FLAGOS_ZOO_RESULTS="$OUT/zoo-gems-$f.json" timeout ${ZOO_GEMS_TIMEOUT:-500} \
+          python3 -m pytest -v -p no:cacheprovider --log-cli-level=INFO -o faulthandler_timeout=450 \
+          integration_tests/models/test_zoo.py -k "$model" > "$OUT/zoo-gems-$f.log" 2>&1 &
+      done
+      wait
+      for f in UNet2DModel DDIM Llama; do
+        tail -5 "$OUT/zoo-gems-$f.log"
+        python3 integration_tests/models/zoo_table.py "$OUT/zoo-gems-$f.json" | tee "$OUT/zoo-gems-$f.md"
       done ;;
     compile) step compile; FLAGOS_HAL=cuda timeout ${COMPILE_TIMEOUT:-400} python3 packages/flagos-compile/benchmarks/compile_speedup.py --device cuda \
              2>&1 | tee "$OUT/compile.log" | tail -30 ;;
@@ -88,7 +93,7 @@ print(flagos.routing.explain('aten::mm')); print(flagos.routing.stats())" 2>&1 |
     gems-model) step gems-model; FLAGOS_HAL=cuda timeout 560 python3 packages/flagos-ops-gems/benchmarks/gems_bench.py \
              --only model 2>&1 | tee "$OUT/gems-model.log" | tail -20 ;;
     gems-sweep) step gems-sweep; FLAGOS_HAL=cuda timeout 590 python3 packages/flagos-ops-gems/benchmarks/opinfo_vs_flaggems.py \
-             --jobs 14 --max-samples 3 --json "$OUT/gems-sweep.json" --raw-json "$OUT/gems-sweep-raw.json" --log-dir "$OUT" > "$OUT/gems-sweep.log" 2>&1; tail -60 "$OUT/gems-sweep.log" ;;
+             --jobs 14 --max-samples ${SWEEP_SAMPLES:-3} --layouts "${SWEEP_LAYOUTS:-}" --json "$OUT/gems-sweep.json" --raw-json "$OUT/gems-sweep-raw.json" --log-dir "$OUT" > "$OUT/gems-sweep.log" 2>&1; tail -60 "$OUT/gems-sweep.log" ;;
     # Route tuning (after build, native, and with flag-gems carried): tuned routes vs
     # single-provider routes for the TinyLlama training step; then the tuning and shadow tests.
     tune) step tune; FLAGOS_HAL=cuda timeout 590 python3 packages/flagos-core/benchmarks/tuned_routes.py \

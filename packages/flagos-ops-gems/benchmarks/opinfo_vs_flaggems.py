@@ -1,7 +1,8 @@
 """OpInfo sweep through gems routes against FlagGems on plain CUDA tensors, one run.
 
     python packages/flagos-ops-gems/benchmarks/opinfo_vs_flaggems.py [--all] [--jobs J]
-        [--max-samples N] [--json tables.json] [--raw-json out.json] [--log-dir DIR]
+        [--max-samples N] [--layouts noncontiguous,channels_last] [--json tables.json]
+        [--raw-json out.json] [--log-dir DIR]
 
 Runs integration_tests/opinfo_sweep.py twice on the same OpInfos: ``--route gems,boxing``
 (flagos tensors, every op FlagGems serves on FlagGems, the rest on boxing) and
@@ -9,7 +10,9 @@ Runs integration_tests/opinfo_sweep.py twice on the same OpInfos: ``--route gems
 against the CPU. Prints both counts and the differences: OpInfos that pass with FlagGems
 on CUDA but fail through flagos (what flagos must fix), and the reverse. By default only
 the OpInfos whose name is one of FlagGems' ops (``aten::softmax`` -> ``softmax``) run;
-``--all`` runs every OpInfo.
+``--all`` runs every OpInfo. ``--layouts`` also runs each sample with non-contiguous and
+channels-last tensors (opinfo_sweep.py): where kernels that assume contiguous inputs are
+wrong, and OpInfo's own samples are mostly contiguous.
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ def _opinfo_names(wanted: set[str]) -> list[str]:
 def _start_sweep(route: str, ops: list[str], args, jobs: int, out_json: str) -> subprocess.Popen:
     cmd = [sys.executable, SWEEP, "--route", route, "--max-samples", str(args.max_samples),
            "--jobs", str(jobs), "--timeout", str(args.timeout), "--json", out_json]
+    if args.layouts:
+        cmd += ["--layouts", args.layouts]
     if args.log_dir:
         cmd += ["--log", os.path.join(args.log_dir, f"sweep-{route.replace(',', '-')}.log")]
     if ops:
@@ -67,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=max(1, min(12, (os.cpu_count() or 2) - 2)))
     ap.add_argument("--max-samples", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=240.0)
+    ap.add_argument("--layouts", default="", help="also these layouts of each sample "
+                    "(opinfo_sweep.py --layouts)")
     ap.add_argument("--json", default="", help="write the counts and the differences as "
                     "tables (flagos.bench_results)")
     ap.add_argument("--raw-json", default="", help="write both sweeps' per-OpInfo results")
@@ -123,6 +130,9 @@ def tables(gems: dict, ref: dict, only_ref: list[str], only_gems: list[str], sta
     for label, run in (("flagos gems,boxing", gems), ("FlagGems on CUDA", ref)):
         s = run["summary"]
         counts.add(label, s["passed"], s["failed"], s["skipped"])
+    layouts = gems["summary"].get("layouts")
+    if layouts:
+        counts.notes.append(f"each sample also run with its tensors laid out {layouts}")
     counts.notes.append(f"pass with FlagGems on CUDA, fail through flagos: {len(only_ref)}; "
                         f"pass through flagos, fail with FlagGems on CUDA: {len(only_gems)}")
     diff = Table("gems-sweep-differences", "gems: OpInfos whose result differs between the "
