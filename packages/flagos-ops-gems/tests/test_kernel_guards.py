@@ -294,3 +294,73 @@ def test_a_unet_blocks_declined_calls_match_the_cpu(tmp_path) -> None:
     assert stats["aten::native_group_norm"]["unetops"]["declined"] == 1
     assert stats["aten::native_group_norm"]["unetops"]["calls"] >= 1
     assert stats["aten::upsample_nearest2d"]["unetops"]["declined"] == 1
+
+
+_x = torch.randn(4, 6)
+_w8 = torch.randn(8)
+# (file, function, a call the guard declines, a call it lets through): each condition of
+# _kernel_guards.py on one call that breaks it and one that meets it
+GENERIC_CASES = [
+    ("layernorm.py", "layer_norm_backward",
+     ((torch.randn(2, 3, 8), torch.randn(2, 3, 8), [8]), {}),
+     ((torch.randn(6, 8), torch.randn(6, 8), [8]), {})),
+    ("batch_norm.py", "batch_norm",
+     ((torch.randn(2, 3, 4), None, None, None, None, True, 0.1, 1e-5), {}),
+     ((torch.randn(2, 3, 4), None, None, torch.zeros(3), torch.ones(3), True, 0.1, 1e-5), {})),
+    ("batch_norm.py", "batch_norm_backward",
+     ((_x, _x, None, None, None, None, None, False, 1e-5, [True, True, True]), {}),
+     ((_x, _x, None, None, None, None, None, True, 1e-5, [True, True, True]), {})),
+    ("nllloss.py", "nll_loss_backward", ((_x, _x, torch.zeros(4, dtype=torch.long)), {}), None),
+    ("softmax.py", "softmax_backward", ((_x.t(), _x.t(), 0, torch.float32), {}),
+     ((_x, _x, 0, torch.float32), {})),
+    ("_safe_softmax.py", "_safe_softmax", ((torch.randn(2, 5000), -1), {}), ((_x, -1), {})),
+    ("sum.py", "sum", ((torch.ones(4, dtype=torch.int8),), {}),
+     ((torch.ones(4, dtype=torch.int8),), {"dtype": torch.int64})),
+    ("prod.py", "prod", ((_x.double(),), {}), ((_x,), {})),
+    ("var.py", "var", ((_x.half(),), {}), ((_x,), {})),
+    ("scatter_add_.py", "scatter_add_", ((_x, 0, torch.zeros(4, 6, dtype=torch.long), _x), {}),
+     ((_x, 1, torch.zeros(4, 6, dtype=torch.long), _x), {})),
+    ("scatter.py", "scatter", ((_x[:, :3], 1, torch.zeros(4, 3, dtype=torch.long), _x), {}),
+     ((_x, 1, torch.zeros(4, 3, dtype=torch.long), _x), {})),
+    ("masked_scatter.py", "masked_scatter", ((_x, torch.ones(6, dtype=torch.bool), _x), {}),
+     ((_x, torch.ones(4, 6, dtype=torch.bool), _x), {})),
+    ("topk.py", "topk", ((_x.t(), 2), {}), ((_x, 2), {})),
+    ("sort.py", "sort", ((torch.randn(4, 1), -1), {}), ((_x, -1), {})),
+    ("zeros.py", "zero_", ((_x[:, :2],), {}), ((_x,), {})),
+    ("zero.py", "zero", ((_x,), {}), None),
+    ("upsample_bicubic2d.py", "upsample_bicubic2d",
+     ((torch.randn(1, 1, 5, 5), [7, 7], False, 1.5, 1.5), {}),
+     ((torch.randn(1, 1, 5, 5), [10, 10], False), {})),
+    ("_upsample_nearest_exact1d.py", "_upsample_nearest_exact1d",
+     ((torch.randn(1, 1, 4), [2]), {}), ((torch.randn(1, 1, 4), [8]), {})),
+    ("vdot.py", "vdot", ((_w8.double(), _w8.double()), {}), ((_w8, _w8), {})),
+    ("vstack.py", "vstack", (([_x.t(), _x.t()],), {}), (([_x, _x],), {})),
+    ("index.py", "index", ((_x, [torch.tensor([-1])]), {}), None),
+    ("index_select.py", "index_select", ((_x, 0, torch.arange(4)[::2]), {}),
+     ((_x, 0, torch.arange(2)), {})),
+    ("addmm.py", "addmm", ((_x, _x, _x.t()), {"beta": 0}), ((_x, _x, _x.t()), {"beta": 1})),
+    ("baddbmm.py", "baddbmm", ((_x[None], _x[None], _x.t()[None]), {"beta": 0.0}),
+     ((_x[None], _x[None], _x.t()[None]), {})),
+    ("argmin.py", "argmin", ((_x, 1), {}), None),
+    ("argmax.py", "argmax", ((_x.t(),), {}), ((_x.t(), 0), {})),
+    ("cumsum.py", "cumsum", ((torch.ones(4, dtype=torch.int32), 0), {}), ((_x, 0), {})),
+    ("cat.py", "cat", (([_x],), {}), (([_x, _x],), {})),
+    ("avg_pool2d.py", "avg_pool2d", ((torch.randn(1, 1, 5, 5), [2, 2], [2, 2], 0, True, True), {}),
+     ((torch.randn(1, 1, 5, 5), [2, 2], [2, 2], 0, True, False), {})),
+    ("dot.py", "dot", ((_x[:, 0], _x[:, 1]), {}), ((_w8, _w8), {})),
+    ("layernorm.py", "layer_norm_backward", ((), {}), None),  # unforeseen arguments: declined
+]
+
+
+@pytest.mark.parametrize("file, function, declined, served", GENERIC_CASES,
+                         ids=[f"{c[1]}-{i}" for i, c in enumerate(GENERIC_CASES)])
+def test_generic_kernel_conditions(tmp_path, file, function, declined, served) -> None:
+    source = f"def {function}(*args, **kwargs):\n    return 'ran'\n"
+    kernel = getattr(_load(tmp_path / "flag_gems" / "ops", file, source), function)
+    guarded = guard_kernel(kernel)
+    assert guarded is not kernel, f"{file}:{function} is not guarded"
+    args, kwargs = declined
+    assert guarded(*args, **kwargs) is NotImplemented
+    if served is not None:
+        args, kwargs = served
+        assert guarded(*args, **kwargs) == "ran"

@@ -90,8 +90,8 @@ def test_logits_and_greedy_generation(checkpoints: Path, fmt: str) -> None:
     """Weight-only compute multiplies the reference's own bf16 weights: logits within 2%
     relative L2 (bf16 arithmetic); the format's activation scheme within SCHEME_BOUND. In
     float32 compute: weight-only generation equals the reference model's with the
-    float32 dequantized weights (the format's rule, bit-exact above), and the scheme on
-    flagos equals the same layers on CPU (within float32 rounding) token for token."""
+    float32 dequantized weights (the format's rule, bit-exact above), and each layer's
+    scheme on flagos equals the same layer on the CPU (within float32 rounding)."""
     ref = load(checkpoints / f"{fmt}-bf16")
     model = load(checkpoints / fmt, device_map="flagos")
     ids = IDS.to("flagos")
@@ -110,16 +110,25 @@ def test_logits_and_greedy_generation(checkpoints: Path, fmt: str) -> None:
         if isinstance(m, QuantLinear):
             ref.get_submodule(name).weight.data = m.dequantized_weight(torch.float32).cpu()
     with torch.no_grad():
-        on_flagos = model(ids).logits.cpu()
-        scheme_tokens = greedy(model, ids)
         set_weight_only(model)
         assert torch.equal(greedy(model, ids), greedy(ref, IDS))
         set_weight_only(model, False)
+        # Each layer's scheme on flagos against the same layer on the CPU given the same
+        # input: equal up to float32 summation order (the per-block and per-row scaled
+        # matmuls sum their blocks in another order there). Whole-model logits are not
+        # compared: a last-bit difference upstream (attention decomposes on flagos where
+        # the CPU has a fused kernel) can move an activation across an FP8 rounding step.
+        seen: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        hooks = [m.register_forward_hook(
+            lambda m, i, o, n=n: seen.__setitem__(n, (i[0].cpu(), o.cpu())))
+            for n, m in model.named_modules() if isinstance(m, QuantLinear)]
+        model(ids)
+        for h in hooks:
+            h.remove()
         model.to("cpu")
-        # the CPU reference of the emulation: equal up to float32 summation order (the
-        # per-block and per-row scaled matmuls sum their blocks in another order there)
-        assert rel_l2(model(IDS).logits, on_flagos) < 1e-5
-        assert torch.equal(greedy(model, IDS), scheme_tokens)
+        assert len(seen) == 14
+        for name, (x, on_flagos) in seen.items():
+            assert rel_l2(model.get_submodule(name)(x), on_flagos) < 1e-5, name
 
 
 def _with_config(checkpoints: Path, tmp_path: Path, fmt: str, change) -> Path:

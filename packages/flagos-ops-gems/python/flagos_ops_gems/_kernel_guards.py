@@ -2,7 +2,8 @@
 only on the calls they compute as ATen does; every other call is declined, and the chain's
 next provider runs it.
 
-Generic kernels (``flag_gems/ops/``), on every chip:
+Generic kernels (``flag_gems/ops/``), on every chip. Found wrong in models through the
+gems routes on the H200 (shadow verification):
 
 - ``native_group_norm`` and its backward mask a group's rows by ``channel < C`` instead of
   by the group's own channel count, so where ``C / groups`` is not a power of two each
@@ -12,6 +13,21 @@ Generic kernels (``flag_gems/ops/``), on every chip:
   (a UNet's upsampler after a convolution) is read in the wrong order.
 - ``slice_backward`` reads the incoming gradient as contiguous: a gradient that is a view
   (a rotary embedding's half, ``[..., :d/2]``) is read in the wrong order.
+
+Found by reading FlagGems 5.0.2's source (the condition of each is beside it in
+``_GENERIC_EXACT``): kernels that read or write a tensor flat or as contiguous without
+making it so (upsampling, scatter, select/slice_scatter, index_select, index_add,
+embedding_backward, dot, topk, triu_, vstack, the full reductions, softmax backward,
+unfold_backward, max_pool2d_backward, zero_, bernoulli_); ``native_layer_norm_backward``,
+which takes ``input.shape[0]`` rows whatever ``normalized_shape`` says; batch norm without
+running statistics (it writes them into the input) and its backward in eval mode;
+``nll_loss`` backward, which stores a zero at an ignored target's column (before the
+gradient's memory for ``ignore_index=-100``); ``index``/``index_put``, which mask
+negative indices out instead of wrapping them; ``argmin``'s unmasked innermost kernel;
+``addmm``-style ops adding ``beta * bias`` for ``beta == 0``; integer sums and cumulative
+sums in the input's dtype; float16 partial sums in ``var``; ``zero``, which zeroes its
+input in place; ``cat`` of one tensor and ``sort`` of one element, which return their
+input; ``_safe_softmax`` past 4096 columns; interpolation that ignores given scales.
 
 Hopper kernels: on compute capability 9 FlagGems 5.0 registers, in place of its generic
 kernels, the ones of ``flag_gems/runtime/backend/_nvidia/hopper/ops/``:
@@ -139,12 +155,257 @@ def _input_contiguous(a: torch.Tensor, *_: object, **__: object) -> bool:
     return a.is_contiguous()
 
 
+def _second_contiguous(_: object, b: torch.Tensor, *__: object, **___: object) -> bool:
+    return b.is_contiguous()
+
+
+def _never(*_: object, **__: object) -> bool:
+    return False
+
+
+def _layer_norm_rows(grad_out: torch.Tensor, input: torch.Tensor, normalized_shape,
+                     *_: object, **__: object) -> bool:
+    # its backward takes input.shape[0] rows of numel / shape[0] elements
+    return input.dim() == len(normalized_shape) + 1
+
+
+def _batch_norm_with_running_stats(input, weight=None, bias=None, running_mean=None,
+                                   running_var=None, training=False, *_, **__) -> bool:
+    # without running stats it writes the momentum update into the input itself
+    return running_mean is not None and running_var is not None or not training
+
+
+def _batch_norm_backward_training(grad_out, input, weight=None, running_mean=None,
+                                  running_var=None, save_mean=None, save_invstd=None,
+                                  train=False, eps=1e-5, output_mask=(True,) * 3, **__) -> bool:
+    # it always takes the training formula and save_mean / save_invstd, which an eval
+    # forward leaves unwritten; without the input's gradient it fails
+    return bool(train) and bool(output_mask[0])
+
+
+def _softmax_row_fits(x: torch.Tensor, dim: int = -1, *_: object, **__: object) -> bool:
+    # one block of at most 4096 columns per row: the rest are never written
+    return x.dim() == 0 or x.shape[dim] <= 4096
+
+
+def _floating(a: torch.Tensor, *_: object, dtype: torch.dtype | None = None, **__: object) -> bool:
+    # integers are summed in their own dtype (ATen: int64), so they overflow
+    return a.dtype.is_floating_point or a.dtype.is_complex or dtype is not None
+
+
+def _floating_dense(a: torch.Tensor, *args: object, **kwargs: object) -> bool:
+    return _floating(a, *args, **kwargs) and _flat_ok(a)
+
+
+def _prod_float32(a: torch.Tensor, *_: object, dtype: torch.dtype | None = None,
+                  **__: object) -> bool:
+    # computed in float32 whatever the dtype; the full product reads the input flat
+    return a.dtype in _PER_16_BYTES and (dtype is None or dtype == a.dtype) and _flat_ok(a)
+
+
+def _float32_dense(a: torch.Tensor, *_: object, **__: object) -> bool:
+    # var / var_mean: per-block partial sums kept in the input's dtype (float16 overflows),
+    # the full reduction read flat
+    return a.dtype == torch.float32 and _flat_ok(a)
+
+
+def _scatter_add_in_place(x: torch.Tensor, dim: int, index: torch.Tensor, src: torch.Tensor,
+                          *_: object, **__: object) -> bool:
+    # elsewhere it returns a new tensor and leaves x as it was, or reads it flat
+    return (dim % max(x.dim(), 1) == x.dim() - 1 and x.dtype not in (torch.float16, torch.bfloat16)
+            and x.is_contiguous() and index.is_contiguous() and src.is_contiguous())
+
+
+def _scatter_dense(inp: torch.Tensor, *_: object, **__: object) -> bool:
+    # the result is a clone of inp (dense) written with inp's strides, 32-bit offsets
+    return _flat_ok(inp) and inp.is_contiguous()
+
+
+def _topk_contiguous(x: torch.Tensor, *_: object, **__: object) -> bool:
+    return x.is_contiguous()
+
+
+def _sort_aliases(inp: torch.Tensor, *args: object, dim: int = -1, **__: object) -> bool:
+    # a dimension of one element returns the input itself instead of a copy
+    d = args[0] if args and isinstance(args[0], int) else dim
+    return inp.dim() == 0 or inp.shape[d] > 1
+
+
+def _scales_not_given(input, output_size=None, align_corners=False, scales_h=None,
+                      scales_w=None, *_, **__) -> bool:
+    # the scales ATen gives are ignored for the sizes' ratio
+    return input.is_contiguous() and scales_h is None and scales_w is None
+
+
+def _integer_upscale(*args: object, **kwargs: object) -> bool:
+    # the nearest-exact index is computed as plain nearest's: equal for integer upscaling
+    x = args[0] if args else kwargs.get("input", kwargs.get("self"))
+    size = args[1] if len(args) > 1 else kwargs.get("output_size")
+    if not isinstance(x, torch.Tensor) or not size:
+        return False
+    return x.is_contiguous() and size[-1] % x.shape[-1] == 0
+
+
+def _vdot_float32(a: torch.Tensor, b: torch.Tensor, *_: object, **__: object) -> bool:
+    # other dtypes keep one partial sum per block in a buffer of at most 1024 blocks
+    return a.dtype == torch.float32 and b.dtype == torch.float32
+
+
+def _all_contiguous(tensors, *_: object, **__: object) -> bool:
+    return all(t.is_contiguous() for t in tensors)
+
+
+def _unfold_backward_ok(grad_in: torch.Tensor, *_: object, **__: object) -> bool:
+    # read flat, accumulated in float32
+    return grad_in.is_contiguous() and grad_in.dtype != torch.float64
+
+
+def _same_shape_mask(inp: torch.Tensor, mask: torch.Tensor, *_: object, **__: object) -> bool:
+    # inp is not expanded to the broadcast shape
+    return inp.shape == mask.shape
+
+
+def _beta_nonzero(*_: object, beta: object = 1, **__: object) -> bool:
+    # bias * beta is added even for beta == 0, where ATen ignores the bias (NaN in it too)
+    return beta != 0
+
+
+def _baddbmm_beta_nonzero(bias, a, b, beta=1.0, alpha=1.0, *_, **__) -> bool:
+    return beta != 0
+
+
+def _index_contiguous(inp: torch.Tensor, dim: int, index: torch.Tensor, *_: object,
+                      **__: object) -> bool:
+    return index.is_contiguous()
+
+
+def _unit_strides(x: torch.Tensor, y: torch.Tensor, *_: object, **__: object) -> bool:
+    return x.stride(0) == 1 and y.stride(0) == 1
+
+
+def _first_two_contiguous(a: torch.Tensor, b: torch.Tensor, *_: object, **__: object) -> bool:
+    return a.is_contiguous() and b.is_contiguous()
+
+
+def _index_add_contiguous(inp: torch.Tensor, dim: int, index: torch.Tensor, src: torch.Tensor,
+                          *_: object, **__: object) -> bool:
+    return inp.is_contiguous() and index.is_contiguous() and src.is_contiguous()
+
+
+def _cumsum_floating(inp: torch.Tensor, *_: object, dtype: torch.dtype | None = None,
+                     out: torch.Tensor | None = None, **__: object) -> bool:
+    # small integers are scanned in int32 (ATen: int64); out= is written flat
+    return ((inp.dtype.is_floating_point or dtype is not None)
+            and (out is None or (out.is_contiguous() and out.shape == inp.shape)))
+
+
+def _full_reduction_contiguous(inp: torch.Tensor, dim: object = None, *_: object,
+                               **__: object) -> bool:
+    # a reduction over every element reads the input flat (an argmax's index is then an
+    # offset in memory)
+    return (dim is not None and dim != [] and dim != ()) or inp.is_contiguous()
+
+
+def _several_tensors(tensors, *_: object, **__: object) -> bool:
+    # one tensor is returned itself (an alias); with the others empty, no type promotion
+    return sum(1 for t in tensors if t.numel() or t.dim() != 1) > 1
+
+
+def _pool_window_inside(input, kernel_size, stride=None, padding=0, ceil_mode=False,
+                        count_include_pad=True, *_, **__) -> bool:
+    # divides by the whole window where ATen clips a ceil-mode window to the padded input
+    return not (ceil_mode and count_include_pad)
+
+
+def _pool_backward_window_inside(grad_output, input, kernel_size, stride, padding,
+                                 ceil_mode, count_include_pad, *_, **__) -> bool:
+    return not (ceil_mode and count_include_pad)
+
+
+def _grouped_b_dense(a: torch.Tensor, b: torch.Tensor, *_: object, **__: object) -> bool:
+    # group g of B is addressed at row g * K, whatever B's strides
+    return b.is_contiguous()
+
+
 # (file in the generic ops folder, function) -> whether the kernel computes a call exactly
 _GENERIC_EXACT: dict[tuple[str, str], Callable[..., bool]] = {
     ("groupnorm.py", "group_norm"): _groups_of_power_of_two,
     ("groupnorm.py", "group_norm_backward"): _groups_of_power_of_two,
+    ("layernorm.py", "layer_norm_backward"): _layer_norm_rows,
+    ("batch_norm.py", "batch_norm"): _batch_norm_with_running_stats,
+    ("batch_norm.py", "batch_norm_backward"): _batch_norm_backward_training,
+    # ignored targets (ignore_index, -100 by default) store a zero at row * C + ignore_index:
+    # before the gradient's memory or into another row's
+    ("nllloss.py", "nll_loss_backward"): _never,
+    ("nllloss.py", "nll_loss2d_backward"): _never,
+    ("softmax.py", "softmax_backward"): _second_contiguous,
+    ("log_softmax.py", "log_softmax_backward"): _second_contiguous,
+    ("_safe_softmax.py", "_safe_softmax"): _softmax_row_fits,
+    ("sum.py", "sum"): _floating,
+    ("sum.py", "sum_dim"): _floating,
+    ("sum.py", "sum_dim_out"): _floating,
+    ("sum.py", "sum_out"): _floating_dense,
+    ("prod.py", "prod"): _prod_float32,
+    ("prod.py", "prod_dim"): _prod_float32,
+    ("var.py", "var"): _float32_dense,
+    ("var.py", "var_correction"): _float32_dense,
+    ("var.py", "var_dim"): _float32_dense,
+    ("var_mean.py", "var_mean"): _float32_dense,
+    ("scatter_add_.py", "scatter_add_"): _scatter_add_in_place,
+    ("scatter.py", "scatter"): _scatter_dense,
+    ("masked_scatter.py", "masked_scatter"): _same_shape_mask,
+    ("select_scatter.py", "select_scatter"): _input_contiguous,
+    ("slice_scatter.py", "slice_scatter"): _input_contiguous,
+    ("topk.py", "topk"): _topk_contiguous,
+    ("sort.py", "sort"): _sort_aliases,
+    ("sort.py", "sort_stable"): _sort_aliases,
+    ("triu.py", "triu_"): _input_contiguous,
+    ("vstack.py", "vstack"): _all_contiguous,
+    ("vdot.py", "vdot"): _vdot_float32,
+    ("zeros.py", "zero_"): _self_flat,
+    ("zero.py", "zero"): _never,  # zeroes its input in place and returns it
+    ("unfold_backward.py", "unfold_backward"): _unfold_backward_ok,
+    ("max_pool2d_with_indices.py", "max_pool2d_backward"): _second_contiguous,
+    ("upsample_nearest1d.py", "upsample_nearest1d"): _input_contiguous,
     ("upsample_nearest2d.py", "upsample_nearest2d"): _input_contiguous,
+    ("upsample_nearest3d.py", "upsample_nearest3d"): _input_contiguous,
+    ("upsample_bicubic2d_aa.py", "_upsample_bicubic2d_aa"): _input_contiguous,
+    ("upsample_bicubic2d.py", "upsample_bicubic2d"): _scales_not_given,
+    ("_upsample_nearest_exact1d.py", "_upsample_nearest_exact1d"): _integer_upscale,
     ("slice_backward.py", "slice_backward"): _input_contiguous,
+    # negative indices are masked out instead of wrapped: index reads unwritten memory,
+    # index_put skips the write
+    ("index.py", "index"): _never,
+    ("index_put.py", "index_put"): _never,
+    ("index_put.py", "index_put_"): _never,
+    ("index_put.py", "_index_put_impl_"): _never,
+    ("index_select.py", "index_select"): _index_contiguous,
+    ("index_add.py", "index_add"): _index_add_contiguous,
+    ("index_add.py", "index_add_"): _index_add_contiguous,
+    ("embedding.py", "embedding_backward"): _first_two_contiguous,
+    ("dot.py", "dot"): _unit_strides,
+    ("addmm.py", "addmm"): _beta_nonzero,
+    ("addmm.py", "addmm_out"): _beta_nonzero,
+    ("addmv.py", "addmv"): _beta_nonzero,
+    ("addmv.py", "addmv_out"): _beta_nonzero,
+    ("addr.py", "addr"): _beta_nonzero,
+    ("baddbmm.py", "baddbmm"): _baddbmm_beta_nonzero,
+    # its innermost-dimension kernel loads and stores unmasked: past the row and the output
+    ("argmin.py", "argmin"): _never,
+    ("argmax.py", "argmax"): _full_reduction_contiguous,
+    ("amax.py", "amax"): _full_reduction_contiguous,
+    ("aminmax.py", "aminmax"): _full_reduction_contiguous,
+    ("all.py", "all"): _input_contiguous,
+    ("any.py", "any"): _input_contiguous,
+    ("_is_all_true.py", "_is_all_true"): _input_contiguous,
+    ("cumsum.py", "cumsum"): _cumsum_floating,
+    ("cumsum.py", "cumsum_out"): _cumsum_floating,
+    ("bernoulli_.py", "bernoulli_"): _input_contiguous,
+    ("cat.py", "cat"): _several_tensors,
+    ("avg_pool2d.py", "avg_pool2d"): _pool_window_inside,
+    ("avg_pool2d.py", "avg_pool2d_backward"): _pool_backward_window_inside,
+    ("group_gemm.py", "group_mm"): _grouped_b_dense,
+    ("vector_norm.py", "vector_norm"): _float32_dense,
 }
 
 # (file in the hopper ops folder, function) -> whether the kernel computes a call exactly
@@ -181,7 +442,11 @@ def guard_kernel(fn: Callable[..., object]) -> Callable[..., object]:
 
     @functools.wraps(fn)
     def guarded(*args, **kwargs):
-        if not exact(*args, **kwargs):
+        try:
+            ok = exact(*args, **kwargs)
+        except Exception:  # noqa: BLE001 - arguments the condition did not foresee: decline
+            ok = False
+        if not ok:
             return NotImplemented
         return fn(*args, **kwargs)
 
