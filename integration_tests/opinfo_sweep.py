@@ -180,7 +180,8 @@ def _to_flagos_strided(x):
     makes a tensor with gaps contiguous)."""
     import torch
 
-    if isinstance(x, torch.Tensor) and x.layout == torch.strided:
+    if isinstance(x, torch.Tensor) and x.layout == torch.strided \
+            and torch._debug_has_internal_overlap(x) != 1:  # expanded: copied as is
         t = torch.empty_strided(x.size(), x.stride(), dtype=x.dtype, device=_DEV[0])
         t.copy_(x.detach())
         return t.requires_grad_(True) if x.requires_grad else t
@@ -189,7 +190,8 @@ def _to_flagos_strided(x):
     if isinstance(x, tuple):
         return tuple(_to_flagos_strided(e) for e in x)
     if isinstance(x, dict):
-        return {k: _to_flagos_strided(v) for k, v in x.items()}
+        return {k: (_DEV[0] if k == "device" and v == "cpu" else _to_flagos_strided(v))
+                for k, v in x.items()}
     return _to_flagos(x)
 
 
@@ -688,17 +690,23 @@ def run_op(op, route: str, dtype, max_samples: int, layouts: tuple[str, ...] = (
             cpu_samples = list(itertools.islice(
                 op.sample_inputs("cpu", dtype, requires_grad=req), max_samples))
             fl_samples = _flagos_samples(op, dtype, req, cpu_samples)
-            runs = list(zip(cpu_samples, fl_samples))
-            for layout in layouts:
-                for sample in cpu_samples:
-                    relaid = _relaid(sample, layout)
-                    if relaid is not None:
-                        fl = (relaid.input, list(relaid.args), dict(relaid.kwargs))
-                        runs.append((relaid, _to_flagos_strided(fl)))
-            for i, (sample, fl) in enumerate(runs):
+            for i, (sample, fl) in enumerate(zip(cpu_samples, fl_samples)):
                 _run_sample(op, sample, fl, dtype, res, seed=1234 + i)
                 if res.failed:
                     break
+            relaid_runs = ((layout, sample) for layout in layouts for sample in cpu_samples)
+            for i, (layout, sample) in enumerate(relaid_runs, start=len(cpu_samples)):
+                if res.failed:
+                    break
+                try:  # a sample this layout cannot make is left out, the others still run
+                    relaid = _relaid(sample, layout)
+                    if relaid is None:
+                        continue
+                    fl = _to_flagos_strided((relaid.input, list(relaid.args),
+                                             dict(relaid.kwargs)))
+                except Exception:  # noqa: BLE001, S112
+                    continue
+                _run_sample(op, relaid, fl, dtype, res, seed=1234 + i)
     except Exception as e:  # noqa: BLE001 - sample generation failed
         if res.ran == 0:
             return {**out, "status": "skip", "reason": f"samples: {type(e).__name__}: {e}"[:300]}

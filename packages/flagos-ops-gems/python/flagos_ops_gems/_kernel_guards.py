@@ -166,7 +166,7 @@ def _never(*_: object, **__: object) -> bool:
 def _layer_norm_rows(grad_out: torch.Tensor, input: torch.Tensor, normalized_shape,
                      *_: object, **__: object) -> bool:
     # its backward takes input.shape[0] rows of numel / shape[0] elements
-    return input.dim() == len(normalized_shape) + 1
+    return input.dim() == len(normalized_shape) + 1 and input.shape[0] > 0
 
 
 def _batch_norm_with_running_stats(input, weight=None, bias=None, running_mean=None,
@@ -184,13 +184,19 @@ def _batch_norm_backward_training(grad_out, input, weight=None, running_mean=Non
 
 
 def _softmax_row_fits(x: torch.Tensor, dim: int = -1, *_: object, **__: object) -> bool:
-    # one block of at most 4096 columns per row: the rest are never written
-    return x.dim() == 0 or x.shape[dim] <= 4096
+    # one block of at most 4096 columns per row (the rest are never written), computed in
+    # float32
+    return x.dim() >= 1 and 0 < x.shape[dim] <= 4096 and x.dtype in _PER_16_BYTES
 
 
-def _floating(a: torch.Tensor, *_: object, dtype: torch.dtype | None = None, **__: object) -> bool:
-    # integers are summed in their own dtype (ATen: int64), so they overflow
-    return a.dtype.is_floating_point or a.dtype.is_complex or dtype is not None
+def _floating(a: torch.Tensor, *_: object, dtype: torch.dtype | None = None,
+              out: torch.Tensor | None = None, **__: object) -> bool:
+    # sums accumulate in the input's dtype whatever dtype= asks (integers overflow, ATen
+    # sums them in int64); out= is written as if contiguous
+    return ((a.dtype.is_floating_point or a.dtype.is_complex)
+            and (dtype is None or dtype == a.dtype
+                 or (a.dtype in (torch.float16, torch.bfloat16) and dtype == torch.float32))
+            and (out is None or out.is_contiguous()))
 
 
 def _floating_dense(a: torch.Tensor, *args: object, **kwargs: object) -> bool:
@@ -204,9 +210,14 @@ def _prod_float32(a: torch.Tensor, *_: object, dtype: torch.dtype | None = None,
 
 
 def _float32_dense(a: torch.Tensor, *_: object, **__: object) -> bool:
-    # var / var_mean: per-block partial sums kept in the input's dtype (float16 overflows),
-    # the full reduction read flat
+    # per-block partial sums kept in the input's dtype (float16 overflows), the full
+    # reduction read flat
     return a.dtype == torch.float32 and _flat_ok(a)
+
+
+def _var_ok(a: torch.Tensor, dim: object = None, *args: object, **kwargs: object) -> bool:
+    # and dim=[] (ATen: every element) taken as no reduction at all
+    return not (isinstance(dim, (list, tuple)) and len(dim) == 0) and _float32_dense(a)
 
 
 def _scatter_add_in_place(x: torch.Tensor, dim: int, index: torch.Tensor, src: torch.Tensor,
@@ -238,10 +249,12 @@ def _scales_not_given(input, output_size=None, align_corners=False, scales_h=Non
 
 
 def _integer_upscale(*args: object, **kwargs: object) -> bool:
-    # the nearest-exact index is computed as plain nearest's: equal for integer upscaling
+    # the nearest-exact index is computed as plain nearest's from the sizes (equal for
+    # integer upscaling), ignoring given scales
     x = args[0] if args else kwargs.get("input", kwargs.get("self"))
     size = args[1] if len(args) > 1 else kwargs.get("output_size")
-    if not isinstance(x, torch.Tensor) or not size:
+    scales = args[2] if len(args) > 2 else kwargs.get("scales")
+    if not isinstance(x, torch.Tensor) or not size or scales is not None:
         return False
     return x.is_contiguous() and size[-1] % x.shape[-1] == 0
 
@@ -253,6 +266,14 @@ def _vdot_float32(a: torch.Tensor, b: torch.Tensor, *_: object, **__: object) ->
 
 def _all_contiguous(tensors, *_: object, **__: object) -> bool:
     return all(t.is_contiguous() for t in tensors)
+
+
+def _slice_scatter_ok(inp: torch.Tensor, src: torch.Tensor, dim: int = 0,
+                      start: int | None = None, end: int | None = None, *_: object,
+                      **__: object) -> bool:
+    # written flat; negative or clamped bounds (end=INT64_MAX) fail its shape check
+    return (inp.is_contiguous() and (start is None or start >= 0)
+            and (end is None or 0 < end <= inp.shape[dim]))
 
 
 def _unfold_backward_ok(grad_in: torch.Tensor, *_: object, **__: object) -> bool:
@@ -294,8 +315,8 @@ def _index_add_contiguous(inp: torch.Tensor, dim: int, index: torch.Tensor, src:
 
 def _cumsum_floating(inp: torch.Tensor, *_: object, dtype: torch.dtype | None = None,
                      out: torch.Tensor | None = None, **__: object) -> bool:
-    # small integers are scanned in int32 (ATen: int64); out= is written flat
-    return ((inp.dtype.is_floating_point or dtype is not None)
+    # integers are scanned in their own width or int32 (ATen: int64); out= is written flat
+    return (inp.dtype.is_floating_point and (dtype is None or dtype == inp.dtype)
             and (out is None or (out.is_contiguous() and out.shape == inp.shape)))
 
 
@@ -307,14 +328,17 @@ def _full_reduction_contiguous(inp: torch.Tensor, dim: object = None, *_: object
 
 
 def _several_tensors(tensors, *_: object, **__: object) -> bool:
-    # one tensor is returned itself (an alias); with the others empty, no type promotion
-    return sum(1 for t in tensors if t.numel() or t.dim() != 1) > 1
+    # one tensor is returned itself (an alias); empty tensors are dropped before the dtypes
+    # are promoted
+    return (sum(1 for t in tensors if t.numel() or t.dim() != 1) > 1
+            and len({t.dtype for t in tensors}) == 1)
 
 
 def _pool_window_inside(input, kernel_size, stride=None, padding=0, ceil_mode=False,
                         count_include_pad=True, *_, **__) -> bool:
-    # divides by the whole window where ATen clips a ceil-mode window to the padded input
-    return not (ceil_mode and count_include_pad)
+    # divides by the whole window where ATen clips a ceil-mode window to the padded input;
+    # batched input only
+    return input.dim() == 4 and not (ceil_mode and count_include_pad)
 
 
 def _pool_backward_window_inside(grad_output, input, kernel_size, stride, padding,
@@ -322,9 +346,13 @@ def _pool_backward_window_inside(grad_output, input, kernel_size, stride, paddin
     return not (ceil_mode and count_include_pad)
 
 
-def _grouped_b_dense(a: torch.Tensor, b: torch.Tensor, *_: object, **__: object) -> bool:
-    # group g of B is addressed at row g * K, whatever B's strides
-    return b.is_contiguous()
+def _grouped_b_dense(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = None,
+                     bias: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
+                     *_: object, **__: object) -> bool:
+    # group g of B is addressed at row g * K, whatever B's strides; only the 2-D x 3-D form
+    # with offsets, without bias or another output dtype
+    return (a.dim() == 2 and b.dim() == 3 and offs is not None and bias is None
+            and out_dtype in (None, a.dtype) and b.is_contiguous())
 
 
 # (file in the generic ops folder, function) -> whether the kernel computes a call exactly
@@ -347,15 +375,15 @@ _GENERIC_EXACT: dict[tuple[str, str], Callable[..., bool]] = {
     ("sum.py", "sum_out"): _floating_dense,
     ("prod.py", "prod"): _prod_float32,
     ("prod.py", "prod_dim"): _prod_float32,
-    ("var.py", "var"): _float32_dense,
-    ("var.py", "var_correction"): _float32_dense,
-    ("var.py", "var_dim"): _float32_dense,
-    ("var_mean.py", "var_mean"): _float32_dense,
+    ("var.py", "var"): _var_ok,
+    ("var.py", "var_correction"): _var_ok,
+    ("var.py", "var_dim"): _var_ok,
+    ("var_mean.py", "var_mean"): _var_ok,
     ("scatter_add_.py", "scatter_add_"): _scatter_add_in_place,
     ("scatter.py", "scatter"): _scatter_dense,
     ("masked_scatter.py", "masked_scatter"): _same_shape_mask,
     ("select_scatter.py", "select_scatter"): _input_contiguous,
-    ("slice_scatter.py", "slice_scatter"): _input_contiguous,
+    ("slice_scatter.py", "slice_scatter"): _slice_scatter_ok,
     ("topk.py", "topk"): _topk_contiguous,
     ("sort.py", "sort"): _sort_aliases,
     ("sort.py", "sort_stable"): _sort_aliases,
@@ -365,7 +393,8 @@ _GENERIC_EXACT: dict[tuple[str, str], Callable[..., bool]] = {
     ("zeros.py", "zero_"): _self_flat,
     ("zero.py", "zero"): _never,  # zeroes its input in place and returns it
     ("unfold_backward.py", "unfold_backward"): _unfold_backward_ok,
-    ("max_pool2d_with_indices.py", "max_pool2d_backward"): _second_contiguous,
+    # takes an indices argument that aten::max_pool2d_backward does not have
+    ("max_pool2d_with_indices.py", "max_pool2d_backward"): _never,
     ("upsample_nearest1d.py", "upsample_nearest1d"): _input_contiguous,
     ("upsample_nearest2d.py", "upsample_nearest2d"): _input_contiguous,
     ("upsample_nearest3d.py", "upsample_nearest3d"): _input_contiguous,
