@@ -112,24 +112,31 @@ def op_key(op) -> str:
     return op.name + ("." + op.variant_test_name if op.variant_test_name else "")
 
 
-def _to_flagos(x):
+def _to_flagos(x, keep_strides: bool = False):
+    """``x`` (a tensor or a structure of them) copied to flagos; with ``keep_strides``
+    every tensor keeps its strides exactly (a plain copy to a device makes a tensor with
+    gaps contiguous), but for an expanded one, which is copied as it is."""
     import torch
 
     if isinstance(x, torch.Tensor):
         if x.layout != torch.strided:
             raise _Unsupported(f"layout {x.layout}")
-        t = x.detach().to(_DEV[0])
+        if keep_strides and torch._debug_has_internal_overlap(x) != 1:
+            t = torch.empty_strided(x.size(), x.stride(), dtype=x.dtype, device=_DEV[0])
+            t.copy_(x.detach())
+        else:
+            t = x.detach().to(_DEV[0])
         if x.requires_grad:
             t.requires_grad_(True)
         return t
     if isinstance(x, torch.device) and x.type == "cpu":
         return torch.device(_DEV[0])
     if isinstance(x, list):
-        return [_to_flagos(e) for e in x]
+        return [_to_flagos(e, keep_strides) for e in x]
     if isinstance(x, tuple):
-        return tuple(_to_flagos(e) for e in x)
+        return tuple(_to_flagos(e, keep_strides) for e in x)
     if isinstance(x, dict):
-        return {k: (_DEV[0] if k == "device" and v == "cpu" else _to_flagos(v))
+        return {k: (_DEV[0] if k == "device" and v == "cpu" else _to_flagos(v, keep_strides))
                 for k, v in x.items()}
     return x
 
@@ -173,26 +180,6 @@ def _leaf_tensors(sample) -> list:
 
     walk((sample.input, sample.args, sample.kwargs))
     return found
-
-
-def _to_flagos_strided(x):
-    """``_to_flagos`` keeping every tensor's strides exactly (a plain copy to a device
-    makes a tensor with gaps contiguous)."""
-    import torch
-
-    if isinstance(x, torch.Tensor) and x.layout == torch.strided \
-            and torch._debug_has_internal_overlap(x) != 1:  # expanded: copied as is
-        t = torch.empty_strided(x.size(), x.stride(), dtype=x.dtype, device=_DEV[0])
-        t.copy_(x.detach())
-        return t.requires_grad_(True) if x.requires_grad else t
-    if isinstance(x, list):
-        return [_to_flagos_strided(e) for e in x]
-    if isinstance(x, tuple):
-        return tuple(_to_flagos_strided(e) for e in x)
-    if isinstance(x, dict):
-        return {k: (_DEV[0] if k == "device" and v == "cpu" else _to_flagos_strided(v))
-                for k, v in x.items()}
-    return _to_flagos(x)
 
 
 def _clone(x):
@@ -702,8 +689,8 @@ def run_op(op, route: str, dtype, max_samples: int, layouts: tuple[str, ...] = (
                     relaid = _relaid(sample, layout)
                     if relaid is None:
                         continue
-                    fl = _to_flagos_strided((relaid.input, list(relaid.args),
-                                             dict(relaid.kwargs)))
+                    fl = _to_flagos((relaid.input, list(relaid.args), dict(relaid.kwargs)),
+                                    keep_strides=True)
                 except Exception:  # noqa: BLE001, S112
                     continue
                 _run_sample(op, relaid, fl, dtype, res, seed=1234 + i)
