@@ -169,10 +169,23 @@ def _layer_norm_rows(grad_out: torch.Tensor, input: torch.Tensor, normalized_sha
     return input.dim() == len(normalized_shape) + 1 and input.shape[0] > 0
 
 
+def _layer_norm_forward_rows(input: torch.Tensor, normalized_shape, *_: object,
+                             **__: object) -> bool:
+    # float32 statistics ATen's backward reads whatever their shape; others only where
+    # FlagGems' backward serves the call too
+    return input.numel() > 0 and (input.dtype == torch.float32
+                                  or input.dim() == len(normalized_shape) + 1)
+
+
 def _batch_norm_with_running_stats(input, weight=None, bias=None, running_mean=None,
                                    running_var=None, training=False, *_, **__) -> bool:
-    # without running stats it writes the momentum update into the input itself
-    return running_mean is not None and running_var is not None or not training
+    # without running stats it writes the momentum update into the input itself; its
+    # saved statistics are in the input's dtype, which ATen's backward (where FlagGems'
+    # is declined) does not read for half inputs
+    if not training:
+        return True
+    return running_mean is not None and running_var is not None \
+        and input.dtype == torch.float32
 
 
 def _batch_norm_backward_training(grad_out, input, weight=None, running_mean=None,
@@ -359,6 +372,9 @@ def _grouped_b_dense(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None
 _GENERIC_EXACT: dict[tuple[str, str], Callable[..., bool]] = {
     ("groupnorm.py", "group_norm"): _groups_of_power_of_two,
     ("groupnorm.py", "group_norm_backward"): _groups_of_power_of_two,
+    # FlagGems' forward saves its statistics in the input's dtype, which ATen's backward
+    # (where FlagGems' is declined) does not read for half inputs
+    ("layernorm.py", "layer_norm"): _layer_norm_forward_rows,
     ("layernorm.py", "layer_norm_backward"): _layer_norm_rows,
     ("batch_norm.py", "batch_norm"): _batch_norm_with_running_stats,
     ("batch_norm.py", "batch_norm_backward"): _batch_norm_backward_training,
