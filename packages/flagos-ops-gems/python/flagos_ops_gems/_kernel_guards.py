@@ -340,6 +340,21 @@ def _full_reduction_contiguous(inp: torch.Tensor, dim: object = None, *_: object
     return (dim is not None and dim != [] and dim != ()) or inp.is_contiguous()
 
 
+def _dims_given(inp: torch.Tensor, dim: object = None, *_: object, **__: object) -> bool:
+    # dim=[] taken as no reduction at all (ATen: every element)
+    return not (isinstance(dim, (list, tuple)) and len(dim) == 0)
+
+
+def _not_bool(inp: torch.Tensor, *_: object, **__: object) -> bool:
+    # bool values come back as int64
+    return inp.dtype != torch.bool
+
+
+def _not_float64(grad: torch.Tensor, *_: object, **__: object) -> bool:
+    # accumulated in float32
+    return grad.dtype != torch.float64
+
+
 def _several_tensors(tensors, *_: object, **__: object) -> bool:
     # one tensor is returned itself (an alias); empty tensors are dropped before the dtypes
     # are promoted
@@ -443,6 +458,11 @@ _GENERIC_EXACT: dict[tuple[str, str], Callable[..., bool]] = {
     ("all.py", "all"): _input_contiguous,
     ("any.py", "any"): _input_contiguous,
     ("_is_all_true.py", "_is_all_true"): _input_contiguous,
+    ("all.py", "all_dims"): _dims_given,
+    ("any.py", "any_dims"): _dims_given,
+    ("cummax.py", "cummax"): _not_bool,
+    ("cummin.py", "cummin"): _not_bool,
+    ("embedding_dense_backward.py", "embedding_dense_backward"): _not_float64,
     ("cumsum.py", "cumsum"): _cumsum_floating,
     ("cumsum.py", "cumsum_out"): _cumsum_floating,
     ("bernoulli_.py", "bernoulli_"): _input_contiguous,
