@@ -355,6 +355,23 @@ def _not_float64(grad: torch.Tensor, *_: object, **__: object) -> bool:
     return grad.dtype != torch.float64
 
 
+def _nonnegative_index(grad, input_sizes, dim: int, index: int, *_: object,
+                       **__: object) -> bool:
+    # a negative index (autograd of x[:, -1]) raises
+    return index >= 0
+
+
+def _dim_not_none(inp: torch.Tensor, dim: object = None, *_: object, **__: object) -> bool:
+    # dim=None (every element) raises
+    return dim is not None
+
+
+def _pool_with_stride(input: torch.Tensor, kernel_size, stride=(), *_: object,
+                      **__: object) -> bool:
+    # the functional default stride=[] (the kernel size) and unbatched input raise
+    return input.dim() == 4 and len(stride) > 0
+
+
 def _several_tensors(tensors, *_: object, **__: object) -> bool:
     # one tensor is returned itself (an alias); empty tensors are dropped before the dtypes
     # are promoted
@@ -460,6 +477,10 @@ _GENERIC_EXACT: dict[tuple[str, str], Callable[..., bool]] = {
     ("_is_all_true.py", "_is_all_true"): _input_contiguous,
     ("all.py", "all_dims"): _dims_given,
     ("any.py", "any_dims"): _dims_given,
+    # calls ATen computes and these wrappers raise on: declined instead
+    ("select_backward.py", "select_backward"): _nonnegative_index,
+    ("mean.py", "mean_dim"): _dim_not_none,
+    ("max_pool2d_with_indices.py", "max_pool2d_with_indices"): _pool_with_stride,
     ("cummax.py", "cummax"): _not_bool,
     ("cummin.py", "cummin"): _not_bool,
     ("embedding_dense_backward.py", "embedding_dense_backward"): _not_float64,
