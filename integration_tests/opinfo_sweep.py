@@ -158,28 +158,9 @@ def _relaid(sample, layout: str):
                 return c.requires_grad_(t.requires_grad)
             return t
         new = sample.transform(last)
-    old_strides = [t.stride() for t in _leaf_tensors(sample)]
-    new_strides = [t.stride() for t in _leaf_tensors(new)]
+    old_strides = [t.stride() for t in _tensors((sample.input, sample.args, sample.kwargs), [])]
+    new_strides = [t.stride() for t in _tensors((new.input, new.args, new.kwargs), [])]
     return None if old_strides == new_strides else new
-
-
-def _leaf_tensors(sample) -> list:
-    import torch
-
-    found: list = []
-
-    def walk(x):
-        if isinstance(x, torch.Tensor):
-            found.append(x)
-        elif isinstance(x, (list, tuple)):
-            for e in x:
-                walk(e)
-        elif isinstance(x, dict):
-            for e in x.values():
-                walk(e)
-
-    walk((sample.input, sample.args, sample.kwargs))
-    return found
 
 
 def _clone(x):

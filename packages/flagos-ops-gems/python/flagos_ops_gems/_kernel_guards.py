@@ -155,6 +155,15 @@ def _input_contiguous(a: torch.Tensor, *_: object, **__: object) -> bool:
     return a.is_contiguous()
 
 
+def _tensors_contiguous(*args: object, **kwargs: object) -> bool:
+    # every tensor argument, and every tensor of a list argument, is contiguous
+    for value in (*args, *kwargs.values()):
+        for t in value if isinstance(value, (list, tuple)) else (value,):
+            if isinstance(t, torch.Tensor) and not t.is_contiguous():
+                return False
+    return True
+
+
 def _second_contiguous(_: object, b: torch.Tensor, *__: object, **___: object) -> bool:
     return b.is_contiguous()
 
@@ -228,9 +237,13 @@ def _float32_dense(a: torch.Tensor, *_: object, **__: object) -> bool:
     return a.dtype == torch.float32 and _flat_ok(a)
 
 
-def _var_ok(a: torch.Tensor, dim: object = None, *args: object, **kwargs: object) -> bool:
-    # and dim=[] (ATen: every element) taken as no reduction at all
-    return not (isinstance(dim, (list, tuple)) and len(dim) == 0) and _float32_dense(a)
+def _dims_given(inp: torch.Tensor, dim: object = None, *_: object, **__: object) -> bool:
+    # dim=[] taken as no reduction at all (ATen: every element)
+    return not (isinstance(dim, (list, tuple)) and len(dim) == 0)
+
+
+def _var_ok(a: torch.Tensor, dim: object = None, *_: object, **__: object) -> bool:
+    return _dims_given(a, dim) and _float32_dense(a)
 
 
 def _scatter_add_in_place(x: torch.Tensor, dim: int, index: torch.Tensor, src: torch.Tensor,
@@ -243,10 +256,6 @@ def _scatter_add_in_place(x: torch.Tensor, dim: int, index: torch.Tensor, src: t
 def _scatter_dense(inp: torch.Tensor, *_: object, **__: object) -> bool:
     # the result is a clone of inp (dense) written with inp's strides, 32-bit offsets
     return _flat_ok(inp) and inp.is_contiguous()
-
-
-def _topk_contiguous(x: torch.Tensor, *_: object, **__: object) -> bool:
-    return x.is_contiguous()
 
 
 def _sort_aliases(inp: torch.Tensor, *args: object, dim: int = -1, **__: object) -> bool:
@@ -277,10 +286,6 @@ def _vdot_float32(a: torch.Tensor, b: torch.Tensor, *_: object, **__: object) ->
     return a.dtype == torch.float32 and b.dtype == torch.float32
 
 
-def _all_contiguous(tensors, *_: object, **__: object) -> bool:
-    return all(t.is_contiguous() for t in tensors)
-
-
 def _slice_scatter_ok(inp: torch.Tensor, src: torch.Tensor, dim: int = 0,
                       start: int | None = None, end: int | None = None, *_: object,
                       **__: object) -> bool:
@@ -304,10 +309,6 @@ def _beta_nonzero(*_: object, beta: object = 1, **__: object) -> bool:
     return beta != 0
 
 
-def _baddbmm_beta_nonzero(bias, a, b, beta=1.0, alpha=1.0, *_, **__) -> bool:
-    return beta != 0
-
-
 def _index_contiguous(inp: torch.Tensor, dim: int, index: torch.Tensor, *_: object,
                       **__: object) -> bool:
     return index.is_contiguous()
@@ -315,15 +316,6 @@ def _index_contiguous(inp: torch.Tensor, dim: int, index: torch.Tensor, *_: obje
 
 def _unit_strides(x: torch.Tensor, y: torch.Tensor, *_: object, **__: object) -> bool:
     return x.stride(0) == 1 and y.stride(0) == 1
-
-
-def _first_two_contiguous(a: torch.Tensor, b: torch.Tensor, *_: object, **__: object) -> bool:
-    return a.is_contiguous() and b.is_contiguous()
-
-
-def _index_add_contiguous(inp: torch.Tensor, dim: int, index: torch.Tensor, src: torch.Tensor,
-                          *_: object, **__: object) -> bool:
-    return inp.is_contiguous() and index.is_contiguous() and src.is_contiguous()
 
 
 def _cumsum_floating(inp: torch.Tensor, *_: object, dtype: torch.dtype | None = None,
@@ -338,11 +330,6 @@ def _full_reduction_contiguous(inp: torch.Tensor, dim: object = None, *_: object
     # a reduction over every element reads the input flat (an argmax's index is then an
     # offset in memory)
     return (dim is not None and dim != [] and dim != ()) or inp.is_contiguous()
-
-
-def _dims_given(inp: torch.Tensor, dim: object = None, *_: object, **__: object) -> bool:
-    # dim=[] taken as no reduction at all (ATen: every element)
-    return not (isinstance(dim, (list, tuple)) and len(dim) == 0)
 
 
 def _not_bool(inp: torch.Tensor, *_: object, **__: object) -> bool:
@@ -432,11 +419,11 @@ _GENERIC_EXACT: dict[tuple[str, str], Callable[..., bool]] = {
     ("masked_scatter.py", "masked_scatter"): _same_shape_mask,
     ("select_scatter.py", "select_scatter"): _input_contiguous,
     ("slice_scatter.py", "slice_scatter"): _slice_scatter_ok,
-    ("topk.py", "topk"): _topk_contiguous,
+    ("topk.py", "topk"): _tensors_contiguous,
     ("sort.py", "sort"): _sort_aliases,
     ("sort.py", "sort_stable"): _sort_aliases,
     ("triu.py", "triu_"): _input_contiguous,
-    ("vstack.py", "vstack"): _all_contiguous,
+    ("vstack.py", "vstack"): _tensors_contiguous,
     ("vdot.py", "vdot"): _vdot_float32,
     ("zeros.py", "zero_"): _self_flat,
     ("zero.py", "zero"): _never,  # zeroes its input in place and returns it
@@ -457,16 +444,16 @@ _GENERIC_EXACT: dict[tuple[str, str], Callable[..., bool]] = {
     ("index_put.py", "index_put_"): _never,
     ("index_put.py", "_index_put_impl_"): _never,
     ("index_select.py", "index_select"): _index_contiguous,
-    ("index_add.py", "index_add"): _index_add_contiguous,
-    ("index_add.py", "index_add_"): _index_add_contiguous,
-    ("embedding.py", "embedding_backward"): _first_two_contiguous,
+    ("index_add.py", "index_add"): _tensors_contiguous,
+    ("index_add.py", "index_add_"): _tensors_contiguous,
+    ("embedding.py", "embedding_backward"): _tensors_contiguous,
     ("dot.py", "dot"): _unit_strides,
     ("addmm.py", "addmm"): _beta_nonzero,
     ("addmm.py", "addmm_out"): _beta_nonzero,
     ("addmv.py", "addmv"): _beta_nonzero,
     ("addmv.py", "addmv_out"): _beta_nonzero,
     ("addr.py", "addr"): _beta_nonzero,
-    ("baddbmm.py", "baddbmm"): _baddbmm_beta_nonzero,
+    ("baddbmm.py", "baddbmm"): _beta_nonzero,
     # its innermost-dimension kernel loads and stores unmasked: past the row and the output
     ("argmin.py", "argmin"): _never,
     ("argmax.py", "argmax"): _full_reduction_contiguous,
