@@ -12,6 +12,7 @@
 #include "dispatch/cpu_dtype_gaps.h"
 #include "dispatch/default_generator.h"
 #include "dispatch/dispatcher.h"
+#include "dispatch/launch_cache.h"
 #include "dispatch/provider_call.h"
 #include "dispatch/routed_as_themselves.h"
 #include "dispatch/twin_call.h"
@@ -255,4 +256,36 @@ PYBIND11_MODULE(_C, m) {
   m.def("_routing_version", &flagos::routing_version);
   m.def("_routing_stats", &flagos::routing_stats);
   m.def("_reset_routing_stats", &flagos::reset_routing_stats);
+
+  // The launch cache (dispatch/launch_cache.h; flagos/launch_cache.py).
+  m.def("_launch_cache_register", [](const std::string& op, const std::string& key, py::object fn) {
+    flagos::register_launch_cached_op(op, key, flagos::PyObjectRef(fn.ptr()));
+  });
+  m.def("_launch_cache_record", [](uintptr_t function, const std::vector<uint32_t>& grid,
+                                   uint32_t block_threads, uint32_t shared_bytes,
+                                   const std::vector<std::tuple<bool, int, uint64_t>>& params,
+                                   py::object keepalive) {
+    std::vector<flagos::LaunchParam> ps;
+    ps.reserve(params.size());
+    for (const auto& [pointer, bytes, bits] : params) {
+      TORCH_CHECK(bytes == 1 || bytes == 2 || bytes == 4 || bytes == 8,
+                  "flagos launch cache: a parameter of ", bytes, " bytes");
+      ps.push_back({pointer, static_cast<uint8_t>(bytes), bits});
+    }
+    return flagos::record_launch(function, grid, block_threads, shared_bytes, std::move(ps),
+                                 flagos::PyObjectRef(keepalive.ptr()));
+  });
+  m.def("_launch_cache_recording", &flagos::launch_recording);
+  m.def("_launch_cache_stats", [] {
+    auto s = flagos::launch_cache_stats();
+    py::dict d;
+    d["relaunched"] = s.relaunched;
+    d["python"] = s.python;
+    d["kept"] = s.kept;
+    d["unkeyed"] = s.unkeyed;
+    return d;
+  });
+  m.def("_launch_cache_clear", &flagos::clear_launch_cache);
+  m.def("_launch_cache_set_enabled", &flagos::set_launch_cache_enabled);
+  m.def("_launch_cache_enabled", &flagos::launch_cache_enabled);
 }

@@ -5,7 +5,8 @@ the host), layer by layer of the call path, beside bf16 ``F.linear``:
         [--json PATH]
 
 Rows, each on plain CUDA tensors and on flagos tensors routed to ``boxing`` (the twin's
-Triton kernel): the module's forward; the op through the dispatcher (with and without
+Triton kernel): the module's forward, with flagos' launch cache (the repeated one-row
+launch made from C++) and without it; the op through the dispatcher (with and without
 autograd's key, i.e. outside and inside ``torch.inference_mode``); the Triton wrapper
 alone (checks, output allocation, launch); the launch alone. ``--profile`` adds cProfile's
 top functions of the module call on CUDA tensors and on flagos tensors (where the
@@ -21,6 +22,7 @@ import pstats
 import flagos
 import torch
 import torch.nn.functional as F
+from flagos import launch_cache
 from flagos.bench import timeit
 from flagos.bench_results import Table, write_json
 from flagos_quant import FP8Linear, quantize_fp8, quantize_linears, set_weight_only, triton_linear
@@ -66,7 +68,12 @@ def _paths(layer, x: torch.Tensor) -> dict:
         with torch.inference_mode():
             return op()
 
-    paths = {"module forward": lambda: layer(x), "op": op,
+    def module_uncached():
+        with launch_cache.disabled():
+            return layer(x)
+
+    paths = {"module forward": lambda: layer(x),
+             "module forward, launch cache off": module_uncached, "op": op,
              "op in inference_mode": op_inference}
     if x.device.type == "cuda":
         paths["Triton wrapper"] = wrapper

@@ -10,19 +10,23 @@
 2. a small Llama's decode step (batch 1, KV cache): bf16 vs FP8 / NVFP4 weights;
 3. accuracy of emulated and native FP8 ``_scaled_mm`` against a float64 reference.
 
-Times are medians of calibrated rounds of calls (flagos.bench.timeit); ratios: time / the bf16
-time on flagos (and / native CUDA where given). On sim (no GPU) it runs as a smoke test.
+Times are medians of calibrated rounds of calls (flagos.bench.timeit); the decode variants
+are timed in interleaved rounds (each round runs every variant), so that they share the
+host's drift. Ratios: time / the bf16 time on flagos (and / native CUDA where given). On
+sim (no GPU) it runs as a smoke test.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 from pathlib import Path
 
 import flagos
 import torch
 import torch.nn.functional as F
+from flagos import launch_cache
 from flagos.bench import timeit
 from flagos.bench_results import Plot, Table, write_json
 from flagos_quant import FP8Linear, quantize_fp8, quantize_linears, set_weight_only
@@ -33,6 +37,7 @@ from flagos_quant.fused_linear import FP8_WEIGHT_LINEAR, NVFP4_WEIGHT_LINEAR
 # to the formula from routed flagos ops (dequantize the whole weight, then a bf16 matmul).
 FUSED = {FP8_WEIGHT_LINEAR: "boxing", NVFP4_WEIGHT_LINEAR: "boxing"}
 UNFUSED = {FP8_WEIGHT_LINEAR: "emulation", NVFP4_WEIGHT_LINEAR: "emulation"}
+UNCACHED = "launch cache off"  # every packed linear launched through Python
 
 
 def _time_us(fn, dev: str, min_time: float) -> float:
@@ -116,7 +121,11 @@ def bench_linears(shapes, batches, min_time: float) -> list[list]:
 
 
 @torch.no_grad()
-def bench_decode(cfg: dict, steps: int, prompt: int) -> list[list]:
+def bench_decode(cfg: dict, steps: int, prompt: int, rounds: int) -> list[list]:
+    """Each variant's decode step, timed in ``rounds`` rounds that go through all the
+    variants in turn (in a rotating order), each round ``steps`` tokens a variant: the
+    host's speed drifts by tens of percent over a run on a shared machine, and every
+    variant then sees the same drift. Per variant: the median round."""
     import transformers
 
     torch.manual_seed(0)
@@ -124,12 +133,13 @@ def bench_decode(cfg: dict, steps: int, prompt: int) -> list[list]:
     base = transformers.LlamaForCausalLM(config).to(torch.bfloat16).eval()
     ids = torch.randint(3, cfg["vocab_size"], (1, prompt))
     variants = [("bf16", None, False), ("FP8 weight-only, fused", "FP8", True),
+                (f"FP8 weight-only, fused, {UNCACHED}", "FP8", True),
                 ("FP8 weight-only, dequantize then matmul", "FP8", True),
                 ("FP8 emulated, per-tensor activations", "FP8", False),
                 ("NVFP4 weight-only, fused", "NVFP4", True)]
     if _native_fp8():
         variants.append(("FP8 native _scaled_mm (boxing)", "FP8", False))
-    rows, t_bf16, g_bf16 = [], None, None
+    runs = []
     for label, algo, wo in variants:
         model = transformers.LlamaForCausalLM(config).to(torch.bfloat16).eval()
         model.load_state_dict(base.state_dict())
@@ -137,37 +147,53 @@ def bench_decode(cfg: dict, steps: int, prompt: int) -> list[list]:
         if algo:
             quantize_linears(model, algo)
             set_weight_only(model, wo)
-        torch.flagos.synchronize()
         weight_bytes = sum(p.untyped_storage().nbytes() for n, p in model.named_parameters()
                            if "layers." in n)
         routes = {"aten::_scaled_mm": "boxing"} if "native" in label else \
             UNFUSED if "dequantize" in label else FUSED if "fused" in label else {}
         with flagos.routing.override(routes):
             out = model(ids.to("flagos"), use_cache=True)
-            cache, tok = out.past_key_values, out.logits[:, -1:].argmax(-1)
-            model(tok, past_key_values=cache, use_cache=True)  # warm-up step
-            torch.flagos.synchronize()
-            t = time.perf_counter()
-            for _ in range(steps):
-                out = model(tok, past_key_values=cache, use_cache=True)
-                cache, tok = out.past_key_values, out.logits[:, -1:].argmax(-1)
-            torch.flagos.synchronize()
-            ms = (time.perf_counter() - t) / steps * 1e3
+            state = {"cache": out.past_key_values, "tok": out.logits[:, -1:].argmax(-1)}
 
-            def step(model=model):
-                nonlocal cache, tok
-                out = model(tok, past_key_values=cache, use_cache=True)
-                cache, tok = out.past_key_values, out.logits[:, -1:].argmax(-1)
+            def step(model=model, state=state):
+                out = model(state["tok"], past_key_values=state["cache"], use_cache=True)
+                state["cache"], state["tok"] = out.past_key_values, out.logits[:, -1:].argmax(-1)
 
+            step()  # warm-up
+        if UNCACHED in label:
+            step = _uncached(step)
+        runs.append((label, routes, step, weight_bytes))
+    torch.flagos.synchronize()
+    times: dict[str, list[float]] = {label: [] for label, *_ in runs}
+    for r in range(rounds):
+        for label, routes, step, _ in runs[r % len(runs):] + runs[:r % len(runs)]:
+            with flagos.routing.override(routes):
+                torch.flagos.synchronize()
+                t = time.perf_counter()
+                for _ in range(steps):
+                    step()
+                torch.flagos.synchronize()
+                times[label].append((time.perf_counter() - t) / steps * 1e6)
+    rows, t_bf16, g_bf16 = [], None, None
+    for label, routes, step, weight_bytes in runs:
+        us = statistics.median(times[label])
+        with flagos.routing.override(routes):
             gpu = _gpu_us_per_call(step, steps)
-        t_bf16 = t_bf16 or ms
+        t_bf16 = t_bf16 or us
         g_bf16 = g_bf16 or gpu
         shape = (f"Llama {cfg['num_hidden_layers']}x{cfg['hidden_size']}, "
                  f"decoder weights {weight_bytes / 2**20:.0f} MiB")
-        rows.append(["decode step", shape, label, round(ms * 1e3, 1), round(ms / t_bf16, 3),
+        rows.append(["decode step", shape, label, round(us, 1), round(us / t_bf16, 3),
                      "-" if gpu is None else round(gpu, 1),
                      "-" if gpu is None or not g_bf16 else round(gpu / g_bf16, 3)])
     return rows
+
+
+def _uncached(step):
+    def uncached():
+        with launch_cache.disabled():
+            step()
+    return uncached
 
 
 def _gpu_us_per_call(fn, calls: int) -> float | None:
@@ -219,6 +245,9 @@ NOTES = [
     ("per-tensor / per-16 activations = the format's activation quantization, then "
      "aten::_scaled_mm routed to flagos-quant's emulation provider"),
     "FP8 native _scaled_mm (boxing) = the same op routed to the CUDA twin's FP8 kernel",
+    ("launch cache off = the Triton kernel launched through Python at every call "
+     "(flagos.launch_cache.disabled()); otherwise its repeated one-row launches are made "
+     "from C++"),
 ]
 
 
@@ -230,6 +259,8 @@ def main() -> None:
                     help="seconds of calls per linear-layer timing (default 0.3)")
     ap.add_argument("--batches", default="1,16",
                     help="activation rows of the linear-layer timings (default 1,16)")
+    ap.add_argument("--rounds", type=int, default=12,
+                    help="rounds of the decode timing, each 8 tokens a variant (default 12)")
     ap.add_argument("--only", default="linear,decode,accuracy",
                     help="the tables to run, of linear, decode, accuracy (default all)")
     args = ap.parse_args()
@@ -273,7 +304,8 @@ def main() -> None:
                    plot=Plot("bar", x="case", y=["vs flagos bf16", "GPU time vs bf16"],
                              ylabel="time / bf16 on flagos", reference=1.0))
     if "decode" in only:
-        for row in bench_decode(cfg, steps=4 if quick else 32, prompt=16 if quick else 64):
+        for row in bench_decode(cfg, steps=4 if quick else 8, prompt=16 if quick else 64,
+                                rounds=2 if quick else args.rounds):
             decode.add(*row[1:])
         report(decode)
     acc = Table("quant-accuracy", "FP8 _scaled_mm, emulated and native, vs float64 of the "

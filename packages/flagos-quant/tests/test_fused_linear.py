@@ -61,11 +61,43 @@ def test_nvfp4_op_is_dequantize_then_linear_on_cpu() -> None:
 
 def test_bad_shapes_are_clear_errors() -> None:
     q, s = quantize_fp8(torch.randn(8, 32))
-    with pytest.raises(ValueError, match=r"x \[M, K\] and weight \[N, K\]"):
+    with pytest.raises(ValueError, match=r"x \[\.\.\., K\] and weight \[N, K\]"):
         fp8_weight_linear(torch.randn(2, 16), q, s, None, None)
+    with pytest.raises(ValueError, match=r"0-dim weight_scale .* block must be its shape"):
+        torch.ops.flagos_quant.fp8_weight_linear(torch.randn(2, 32), q, s, [4, 32], None)
     packed, scale, glob = quantize_nvfp4(torch.randn(8, 32))
     with pytest.raises(ValueError, match="packed weight"):
         nvfp4_weight_linear(torch.randn(2, 16), packed, scale, glob, None)
+    for dev in ("cpu", DEV):  # on flagos through its routes too (a provider's error names
+        xd, qd = torch.randn(2, 3, 16).to(dev), q.to(dev)  # it), the inputs untouched
+        with pytest.raises((ValueError, RuntimeError), match=r"x \[\.\.\., K\] and weight"):
+            torch.ops.flagos_quant.fp8_weight_linear(xd, qd, s.to(dev), [8, 32], None)
+        assert xd.shape == (2, 3, 16)
+
+
+def test_leading_dims_and_a_0_dim_scale_on_flagos(stats) -> None:
+    """The ops take x [..., K] and, for one scale, a 0-dim weight_scale (ModelOpt's), so the
+    layers reshape nothing; gradients of a bias sum over every leading dim."""
+    q, s = quantize_fp8(torch.randn(24, 64))
+    assert s.dim() == 0
+    x = torch.randn(2, 3, 64, dtype=torch.bfloat16)
+    bias = torch.randn(24, dtype=torch.bfloat16)
+    want = F.linear(x, dequantize_fp8(q, s).to(x.dtype), bias)
+    op = torch.ops.flagos_quant.fp8_weight_linear
+    assert torch.equal(op(x, q, s, [24, 64], bias), want)
+    got = op(x.to(DEV), q.to(DEV), s.to(DEV), [24, 64], bias.to(DEV))
+    assert got.shape == (2, 3, 24)
+    assert_matches_cpu(got, want)
+    packed, scale, glob = quantize_nvfp4(torch.randn(24, 64))
+    x1 = torch.randn(64)
+    got4 = nvfp4_weight_linear(x1.to(DEV), packed.to(DEV), scale.to(DEV), glob.to(DEV), None)
+    assert got4.shape == (24,)
+    assert_matches_cpu(got4, nvfp4_weight_linear(x1, packed, scale, glob, None))
+    b = torch.randn(24, requires_grad=True)
+    xg = torch.randn(2, 3, 64, requires_grad=True)
+    fp8_weight_linear(xg, q, s, None, b).sum().backward()
+    torch.testing.assert_close(b.grad, torch.full((24,), 6.0))
+    assert xg.grad.shape == xg.shape
 
 
 @pytest.mark.parametrize("case", range(3))
@@ -100,6 +132,35 @@ def test_the_twin_kernels_through_boxing_match_cpu(m, stats) -> None:
     assert_matches_cpu(got4, nvfp4_weight_linear(x, packed, scale, glob, bias))
     assert calls(FP8_WEIGHT_LINEAR, "boxing") == 3
     assert calls(NVFP4_WEIGHT_LINEAR, "boxing") == 1
+
+
+def test_repeated_one_row_calls_are_relaunched_on_a_cuda_twin(stats) -> None:
+    """On a CUDA twin the one-row Triton launch of each layer shape is kept by flagos'
+    launch cache after its first call, and repeated from C++ with each call's pointers."""
+    from flagos import launch_cache
+
+    q, s = quantize_fp8(torch.randn(96, 128))
+    packed, scale, glob = quantize_nvfp4(torch.randn(96, 128))
+    qd, sd, pd, scd, gd = (t.to(DEV) for t in (q, s, packed, scale, glob))
+    launch_cache.clear()
+    before = launch_cache.stats()
+    with flagos.routing.override({FP8_WEIGHT_LINEAR: ["boxing", "cpu"],
+                                  NVFP4_WEIGHT_LINEAR: ["boxing", "cpu"]}):
+        for i in range(4):
+            x = torch.randn(1, 1, 128, dtype=torch.bfloat16)
+            bias = torch.randn(96, dtype=torch.bfloat16) if i % 2 else None
+            assert_matches_cpu(fp8_weight_linear(x.to(DEV), qd, sd, None,
+                                                 None if bias is None else bias.to(DEV)),
+                               fp8_weight_linear(x, q, s, None, bias))
+            assert_matches_cpu(nvfp4_weight_linear(x.to(DEV), pd, scd, gd, None),
+                               nvfp4_weight_linear(x, packed, scale, glob, None))
+    after = launch_cache.stats()
+    if flagos._C._twin_device(0) != "cuda":
+        assert after == before  # the CPU twin's kernels are the formula, not launches
+        return
+    # fp8 with and without bias, nvfp4: three keys, each kept once, the rest relaunched
+    assert after["kept"] - before["kept"] == 3
+    assert after["relaunched"] - before["relaunched"] == 5
 
 
 def test_twin_kernels_results_are_declared_factory_allocated() -> None:

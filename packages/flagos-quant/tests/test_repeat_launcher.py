@@ -108,8 +108,8 @@ def test_the_wrappers_pass_every_kernel_argument(monkeypatch) -> None:
     seen: dict = {}
 
     def family(name):
-        return triton_linear._Family(lambda grid, args: seen.__setitem__(name, args),
-                                     None, None, False)
+        return triton_linear._Family(
+            lambda grid, args, record=True: seen.__setitem__(name, args), None, None, False)
 
     monkeypatch.setattr(triton_linear, "_kernels",
                         lambda: (triton, family("fp8"), family("nvfp4")))
@@ -123,3 +123,22 @@ def test_the_wrappers_pass_every_kernel_argument(monkeypatch) -> None:
         missing = set(kernel.arg_names) - set(seen[name])
         assert not missing, (name, missing)
         assert {"num_warps", "num_stages"} <= set(seen[name])
+
+
+def test_launches_are_recorded_for_the_launch_cache_in_signature_order(monkeypatch) -> None:
+    """Inside a launch-cached op (flagos.launch_cache) the first and the repeated launches
+    are recorded with the kernel's arguments in signature order; not with record=False."""
+    from flagos import launch_cache
+
+    recorded: list = []
+    monkeypatch.setattr(launch_cache, "recording", lambda: True)
+    monkeypatch.setattr(launch_cache, "record_triton",
+                        lambda kernel, grid, args: recorded.append((kernel, grid, args)))
+    log: list = []
+    launch = _launcher(log)
+    x, y = torch.zeros(64), torch.ones(64)
+    launch((2, 1), _args(x))
+    launch((2, 1), _args(y))
+    launch((2, 1), _args(y), record=False)
+    assert [type(r[0]).__name__ for r in recorded] == ["_Compiled", "_Compiled"]
+    assert recorded[1][1:] == ((2, 1, 1), [y, 64, 32])

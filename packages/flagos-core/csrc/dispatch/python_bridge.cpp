@@ -63,7 +63,9 @@ namespace {
 // with torch.library (what a kernel library such as FlagGems is written against): trailing
 // positional and kwarg-only arguments equal to their schema default are left out, dtypes,
 // layouts and memory formats are their Python objects.
-enum class Convention { PROVIDER, KERNEL };
+// OP_KERNEL: as KERNEL, for the op's own kernel: its exceptions reach the caller as they
+// are (as from a torch.library kernel), not as a provider's failure.
+enum class Convention { PROVIDER, KERNEL, OP_KERNEL };
 
 bool is_default(const c10::Argument& arg, const c10::IValue& v) {
   return arg.default_value().has_value() && *arg.default_value() == v;
@@ -102,7 +104,7 @@ bool call_on_stack(py::handle fn, Convention convention, const c10::OperatorHand
   const auto& arguments = schema.arguments();
   size_t n = arguments.size();
   const c10::IValue* in = stack->data() + stack->size() - n;
-  bool kernel = convention == Convention::KERNEL;
+  bool kernel = convention != Convention::PROVIDER;
   size_t kwarg_start = n;  // the first kwarg-only argument
   while (kwarg_start > 0 && arguments[kwarg_start - 1].kwarg_only()) --kwarg_start;
   size_t n_positional = kwarg_start;
@@ -129,6 +131,7 @@ bool call_on_stack(py::handle fn, Convention convention, const c10::OperatorHand
       result = py::reinterpret_steal<py::object>(r);
     }
   } catch (py::error_already_set& e) {
+    if (convention == Convention::OP_KERNEL) throw;  // the op's own error, as it is
     // Re-raise as a C++ error carrying the Python message (the type is kept by torch's
     // translation only for builtin errors; the text names the provider's failure).
     // The message is the exception's type and text, without pybind11's traceback dump.
@@ -169,6 +172,12 @@ bool call_python_kernel(const PyObjectRef& kernel, const c10::OperatorHandle& op
                         torch::jit::Stack* stack) {
   py::gil_scoped_acquire gil;
   return call_on_stack(py::handle(static_cast<PyObject*>(kernel.get())), Convention::KERNEL, op, stack);
+}
+
+bool call_python_op_kernel(const PyObjectRef& kernel, const c10::OperatorHandle& op,
+                           torch::jit::Stack* stack) {
+  py::gil_scoped_acquire gil;
+  return call_on_stack(py::handle(static_cast<PyObject*>(kernel.get())), Convention::OP_KERNEL, op, stack);
 }
 
 PyObjectRef call_kernel_resolver(const PyObjectRef& resolver, const std::string& op) {

@@ -35,6 +35,9 @@ PyObjectRef call_kernel_resolver(const PyObjectRef& resolver, const std::string&
 // (stack untouched) when the kernel returns NotImplemented. Takes the GIL.
 bool call_python_kernel(const PyObjectRef& kernel, const c10::OperatorHandle& op,
                         torch::jit::Stack* stack);
+// The same for the op's own kernel: a Python exception propagates as it is.
+bool call_python_op_kernel(const PyObjectRef& kernel, const c10::OperatorHandle& op,
+                           torch::jit::Stack* stack);
 
 // `mutex` locked; waited for without the GIL where this thread holds it, so that a thread
 // holding the lock can take the GIL (a Python kernel) while others wait.

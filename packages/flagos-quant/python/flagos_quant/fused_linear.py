@@ -2,17 +2,19 @@
 fused kernel reads each weight once in its packed form instead of writing and re-reading a
 dequantized copy (at batch 1 a linear layer is bound by the bytes of its weight):
 
-- ``flagos_quant::fp8_weight_linear(x, weight, weight_scale, block, bias)``: ``x`` [M, K]
-  times the FP8 ``weight`` [N, K] dequantized with one float32 scale per ``block``
-  ([bn, bk]; ``weight_scale`` [ceil(N/bn), ceil(K/bk)]: per tensor [N, K], per output
-  channel [1, K], DeepSeek / HF ``fp8`` [128, 128]), plus ``bias``;
+- ``flagos_quant::fp8_weight_linear(x, weight, weight_scale, block, bias)``: ``x``
+  [..., K] times the FP8 ``weight`` [N, K] dequantized with one float32 scale per
+  ``block`` ([bn, bk]; ``weight_scale`` [ceil(N/bn), ceil(K/bk)]: per tensor [N, K] (the
+  scale [1, 1] or 0-dim), per output channel [1, K], DeepSeek / HF ``fp8`` [128, 128]),
+  plus ``bias``: [..., N];
 - ``flagos_quant::nvfp4_weight_linear(x, weight, weight_scale, weight_scale_2, bias)``:
   the same for NVFP4 (``weight`` uint8 [N, K/2], e4m3 ``weight_scale`` [N, K/16], float32
   global ``weight_scale_2``).
 
 Both compute ``F.linear(x, dequantized weight rounded to x.dtype, bias)`` in ``x``'s
 dtype. Kernels: CPU (that formula), CUDA (a Triton kernel that dequantizes in registers,
-:mod:`.triton_linear`), Meta; on flagos the ops are routed like every op: ``boxing`` runs
+:mod:`.triton_linear`, whose one-row launches flagos' launch cache repeats from C++,
+``flagos.launch_cache``), Meta; on flagos the ops are routed like every op: ``boxing`` runs
 the twin device's kernel (the Triton one on a CUDA twin), ``emulation`` computes the
 formula from routed flagos ops where there is no twin. Gradients flow to ``x`` (and
 ``bias``); the packed weight is frozen.
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from flagos import launch_cache
 
 from .dequant import dequantize_fp4, dequantize_fp8
 
@@ -40,7 +43,8 @@ _lib.define("nvfp4_weight_linear(Tensor x, Tensor weight, Tensor weight_scale, "
 
 
 def _fp8_weight(weight: torch.Tensor, weight_scale: torch.Tensor, block, dtype) -> torch.Tensor:
-    return dequantize_fp8(weight, weight_scale, tuple(block)).to(dtype)
+    block = None if weight_scale.dim() == 0 else tuple(block)  # one scale: checked [N, K]
+    return dequantize_fp8(weight, weight_scale, block).to(dtype)
 
 
 def _nvfp4_weight(weight, weight_scale, weight_scale_2, dtype) -> torch.Tensor:
@@ -51,6 +55,7 @@ def fp8_weight_linear_reference(x: torch.Tensor, weight: torch.Tensor,
                                 weight_scale: torch.Tensor, block: list[int],
                                 bias: torch.Tensor | None) -> torch.Tensor:
     """The op's definition: dequantize, round to ``x.dtype``, ``F.linear``."""
+    _check_fp8(x, weight, weight_scale, block)
     return F.linear(x, _fp8_weight(weight, weight_scale, block, x.dtype), bias)
 
 
@@ -58,33 +63,28 @@ def nvfp4_weight_linear_reference(x: torch.Tensor, weight: torch.Tensor,
                                   weight_scale: torch.Tensor, weight_scale_2: torch.Tensor,
                                   bias: torch.Tensor | None) -> torch.Tensor:
     """The op's definition: dequantize, round to ``x.dtype``, ``F.linear``."""
+    _check_nvfp4(x, weight)
     return F.linear(x, _nvfp4_weight(weight, weight_scale, weight_scale_2, x.dtype), bias)
 
 
 def _check_fp8(x, weight, weight_scale, block) -> None:
-    if x.dim() != 2 or weight.dim() != 2 or x.shape[1] != weight.shape[1]:
-        raise ValueError(f"fp8_weight_linear: x [M, K] and weight [N, K] needed, got "
+    if x.dim() < 1 or weight.dim() != 2 or x.shape[-1] != weight.shape[1]:
+        raise ValueError(f"fp8_weight_linear: x [..., K] and weight [N, K] needed, got "
                          f"{tuple(x.shape)} and {tuple(weight.shape)}")
     if len(block) != 2 or min(block) < 1:
         raise ValueError(f"fp8_weight_linear: block must be [rows, cols] >= 1, got {block}")
+    if weight_scale.dim() == 0 and list(block) != list(weight.shape):
+        raise ValueError(f"fp8_weight_linear: a 0-dim weight_scale is one scale for the "
+                         f"weight, so block must be its shape {list(weight.shape)}, got "
+                         f"{list(block)}")
 
 
 def _check_nvfp4(x, weight) -> None:
-    if x.dim() != 2 or weight.dim() != 2 or x.shape[1] != 2 * weight.shape[1] \
-            or x.shape[1] % 16:
-        raise ValueError(f"nvfp4_weight_linear: x [M, K] (K a multiple of 16) and packed "
+    if x.dim() < 1 or weight.dim() != 2 or x.shape[-1] != 2 * weight.shape[1] \
+            or x.shape[-1] % 16:
+        raise ValueError(f"nvfp4_weight_linear: x [..., K] (K a multiple of 16) and packed "
                          f"weight [N, K/2] needed, got {tuple(x.shape)} and "
                          f"{tuple(weight.shape)}")
-
-
-def _fp8_cpu(x, weight, weight_scale, block, bias):
-    _check_fp8(x, weight, weight_scale, block)
-    return fp8_weight_linear_reference(x, weight, weight_scale, block, bias)
-
-
-def _nvfp4_cpu(x, weight, weight_scale, weight_scale_2, bias):
-    _check_nvfp4(x, weight)
-    return nvfp4_weight_linear_reference(x, weight, weight_scale, weight_scale_2, bias)
 
 
 def _fp8_cuda(x, weight, weight_scale, block, bias):
@@ -106,13 +106,17 @@ def _nvfp4_cuda(x, weight, weight_scale, weight_scale_2, bias):
 
 
 def _meta(x, weight, *args):
-    return x.new_empty((x.shape[0], weight.shape[0]))
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 
-for _key, _fp8, _fp4 in (("CPU", _fp8_cpu, _nvfp4_cpu), ("CUDA", _fp8_cuda, _nvfp4_cuda),
+for _key, _fp8, _fp4 in (("CPU", fp8_weight_linear_reference, nvfp4_weight_linear_reference),
                          ("Meta", _meta, _meta)):
     _lib.impl("fp8_weight_linear", _fp8, _key)
     _lib.impl("nvfp4_weight_linear", _fp4, _key)
+# The CUDA kernels' one-row launches are repeated from C++ on later calls of the same
+# argument metadata (decoding at batch 1 is bound by the host's time per call)
+launch_cache.register(FP8_WEIGHT_LINEAR, "cuda", _fp8_cuda)
+launch_cache.register(NVFP4_WEIGHT_LINEAR, "cuda", _nvfp4_cuda)
 
 
 def _setup(ctx, inputs, output) -> None:
@@ -123,14 +127,16 @@ def _setup(ctx, inputs, output) -> None:
 def _fp8_backward(ctx, grad):
     _, weight, weight_scale, block, bias = ctx.inputs
     gx = grad @ _fp8_weight(weight, weight_scale, block, grad.dtype)
-    gb = grad.sum(0) if ctx.has_bias and bias.requires_grad else None
+    gb = grad.reshape(-1, grad.shape[-1]).sum(0) if ctx.has_bias and bias.requires_grad \
+        else None
     return gx, None, None, None, gb
 
 
 def _nvfp4_backward(ctx, grad):
     _, weight, weight_scale, weight_scale_2, bias = ctx.inputs
     gx = grad @ _nvfp4_weight(weight, weight_scale, weight_scale_2, grad.dtype)
-    gb = grad.sum(0) if ctx.has_bias and bias.requires_grad else None
+    gb = grad.reshape(-1, grad.shape[-1]).sum(0) if ctx.has_bias and bias.requires_grad \
+        else None
     return gx, None, None, None, gb
 
 
@@ -154,29 +160,17 @@ def fp8_weight_linear(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch
                       block: tuple[int, int] | None, bias: torch.Tensor | None) -> torch.Tensor:
     """``x`` [..., K] times the FP8 ``weight`` [N, K] (``block=None``: one scale for the
     tensor), plus ``bias``, in ``x``'s dtype, through ``flagos_quant::fp8_weight_linear``."""
-    n, k = weight.shape
-    if x.shape[-1] != k:
-        _check_fp8(x.reshape(-1, x.shape[-1]), weight, weight_scale, (n, k))  # raises
     if block is None:
-        block = (n, k)
-        if weight_scale.shape != (1, 1):  # one scale; reshape raises for more
+        block = weight.shape
+        if weight_scale.dim() and weight_scale.shape != (1, 1):  # one scale; reshape raises
             weight_scale = weight_scale.reshape(1, 1)
-    flat = x.dim() == 2  # the op's own shape: no reshapes (each a dispatched call)
-    out = _below_autograd_unless_needed(torch.ops.flagos_quant.fp8_weight_linear,
-                                        x if flat else x.reshape(-1, k), bias, weight,
-                                        weight_scale, list(block), bias)
-    return out if flat else out.reshape(*x.shape[:-1], n)
+    return _below_autograd_unless_needed(torch.ops.flagos_quant.fp8_weight_linear, x, bias,
+                                         weight, weight_scale, list(block), bias)
 
 
 def nvfp4_weight_linear(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor,
                         weight_scale_2: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """``x`` [..., K] times the NVFP4 ``weight`` (uint8 [N, K/2]), plus ``bias``, in ``x``'s
     dtype, through ``flagos_quant::nvfp4_weight_linear``."""
-    n = weight.shape[0]
-    if x.shape[-1] != 2 * weight.shape[-1]:
-        _check_nvfp4(x.reshape(-1, x.shape[-1]), weight)  # raises
-    flat = x.dim() == 2
-    out = _below_autograd_unless_needed(torch.ops.flagos_quant.nvfp4_weight_linear,
-                                        x if flat else x.reshape(-1, x.shape[-1]), bias,
-                                        weight, weight_scale, weight_scale_2, bias)
-    return out if flat else out.reshape(*x.shape[:-1], n)
+    return _below_autograd_unless_needed(torch.ops.flagos_quant.nvfp4_weight_linear, x, bias,
+                                         weight, weight_scale, weight_scale_2, bias)

@@ -52,12 +52,10 @@ class QuantLinear(nn.Module):
         return F.linear(x, self.dequantized_weight(x.dtype), self.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.dim() == 2  # no reshapes then: each is a dispatched call
-        x2 = x if flat else x.reshape(-1, self.in_features)
-        if self.weight_only:
-            out = self._weight_only_forward(x2)
-        else:
-            out = self._quantized_forward(x2, x.dtype)
+        if self.weight_only:  # the ops take [..., K]: no reshapes (each a dispatched call)
+            return self._weight_only_forward(x)
+        flat = x.dim() == 2
+        out = self._quantized_forward(x if flat else x.reshape(-1, self.in_features), x.dtype)
         return out if flat else out.reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:

@@ -24,6 +24,8 @@ import os
 from typing import NamedTuple
 
 import torch
+from flagos import launch_cache
+from flagos.launch_cache import triton_hook_set as _hooked
 
 __all__ = ["fp8_linear", "nvfp4_linear"]
 
@@ -56,10 +58,12 @@ def gemv_tile(block_n: int, block_k: int, num_warps: int, num_stages: int):
     global _forced_gemv_tile
     saved = _forced_gemv_tile
     _forced_gemv_tile = (block_n, block_k, num_warps, num_stages)
+    launch_cache.clear()  # launches kept with the fixed tile would serve the calls inside
     try:
         yield
     finally:
         _forced_gemv_tile = saved
+        launch_cache.clear()
 
 
 def _configs(triton, kind: str):
@@ -85,15 +89,6 @@ def _gemv_meta(tile: tuple[int, int, int, int], scale_k: int) -> dict:
     if scale_k and scale_k % bk and (scale_k & (scale_k - 1) or bk % scale_k):
         bk = scale_k & -scale_k  # its largest power-of-two divisor
     return {"BLOCK_N": bn, "BLOCK_K": bk, "num_warps": warps, "num_stages": stages}
-
-
-def _hooked(hook: object) -> bool:
-    """Whether a Triton launch hook is set: a callable, or (Triton 3.6) a non-empty
-    HookChain (an empty chain is what Triton has when nothing is registered)."""
-    if hook is None:
-        return False
-    calls = getattr(hook, "calls", None)
-    return bool(calls) if isinstance(calls, list) else True
 
 
 class _RepeatLauncher:
@@ -132,7 +127,10 @@ class _RepeatLauncher:
             key.append((v.dtype, v.data_ptr() % 16 == 0) if isinstance(v, torch.Tensor) else v)
         return tuple(key)
 
-    def __call__(self, grid: tuple[int, int], args: dict) -> None:
+    def __call__(self, grid: tuple[int, int], args: dict, record: bool = True) -> None:
+        """Launch; with ``record``, also record the launch for flagos' launch cache where
+        one of its ops is running this (``flagos.launch_cache``: later calls of the op with
+        the same argument metadata repeat it from C++)."""
         if not self.usable or _hooked(self.knobs.launch_enter_hook) \
                 or _hooked(self.knobs.launch_exit_hook):
             self.jit_fn[grid](**args)
@@ -141,13 +139,16 @@ class _RepeatLauncher:
         device = driver.get_current_device()
         key = self._key(args, device)
         kernel = self.compiled.get(key)
+        values = [args[n] for n in self.names]
         if kernel is None:
             kernel = self.jit_fn[grid](**args)
-            self.compiled[key] = kernel.result() if hasattr(kernel, "result") else kernel
-            return
-        kernel.run(grid[0], grid[1], 1, driver.get_current_stream(device),
-                   kernel.function, kernel.packed_metadata, None, None, None,
-                   *[args[n] for n in self.names])
+            kernel = self.compiled[key] = kernel.result() if hasattr(kernel, "result") \
+                else kernel
+        else:
+            kernel.run(grid[0], grid[1], 1, driver.get_current_stream(device),
+                       kernel.function, kernel.packed_metadata, None, None, None, *values)
+        if record and launch_cache.recording():
+            launch_cache.record_triton(kernel, (grid[0], grid[1], 1), values)
 
 
 class _Family(NamedTuple):
@@ -173,7 +174,8 @@ def _kernels():
 
     def family(gemv_fn, matmul_fn, scaled: bool) -> _Family:
         if interpreted:  # no timing under the interpreter
-            return _Family(lambda grid, args: gemv_fn[grid](**args), matmul_fn, matmul_fn, True)
+            return _Family(lambda grid, args, record=False: gemv_fn[grid](**args), matmul_fn,
+                       matmul_fn, True)
         key = ["N", "K", "M_BUCKET"] + (["scale_cols"] if scaled else [])
         pruning = {"early_config_prune": _k_tiles_within_scale_blocks} if scaled else None
         small, large = (triton.autotune(_configs(triton, kind), key=key,
@@ -204,7 +206,7 @@ def _launch(triton, kernels: _Family, x: torch.Tensor, y: torch.Tensor, gemv_onl
                                      else gemv_tile)
         args.update(_gemv_meta(tile, gemv_only.get("SCALE_K", 0)))
         # not triton.cdiv: a constexpr_function since Triton 3.6, microseconds a call
-        kernels.gemv((-(-n // args["BLOCK_N"]), m), args)
+        kernels.gemv((-(-n // args["BLOCK_N"]), m), args, record=_forced_gemv_tile is None)
         return
     kernel = kernels.small if m <= 16 else kernels.large
     args.update(M=m, M_BUCKET=_m_bucket(m), IEEE=x.dtype == torch.float32)
@@ -217,21 +219,32 @@ def _launch(triton, kernels: _Family, x: torch.Tensor, y: torch.Tensor, gemv_onl
     kernel[grid](**args)
 
 
+def _rows(x: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``x`` [..., K] as [M, K], the result [..., n] and it as [M, n] (views where ``x`` is
+    viewable so)."""
+    y = torch.empty((*x.shape[:-1], n), dtype=x.dtype, device=x.device)
+    if x.dim() == 2:
+        return x, y, y
+    return x.reshape(-1, x.shape[-1]), y, y.view(-1, n)
+
+
 def fp8_linear(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor,
                block: list[int], bias: torch.Tensor | None) -> torch.Tensor | None:
     """``flagos_quant::fp8_weight_linear`` on CUDA tensors; None where the kernel does not
     apply (no Triton, other dtypes, empty operands)."""
     k = _kernels()
     if k is None or x.dtype not in _ACT_DTYPES or weight.dtype not in _FP8_DTYPES \
-            or weight_scale.dtype != torch.float32 or weight_scale.dim() != 2 \
+            or weight_scale.dtype != torch.float32 or weight_scale.dim() not in (0, 2) \
             or (bias is not None and bias.dtype != x.dtype) or x.numel() == 0 \
             or weight.numel() == 0 \
-            or (block[1] < x.shape[1] and block[1] % _MIN_BLOCK_K):  # tiles would straddle
+            or (block[1] < x.shape[-1] and block[1] % _MIN_BLOCK_K):  # tiles would straddle
         return None
-    y = torch.empty((x.shape[0], weight.shape[0]), dtype=x.dtype, device=x.device)
-    scale_k = int(block[1]) if block[1] < x.shape[1] else 0
-    _launch(k[0], k[1], x, y, {"SCALE_K": scale_k}, FP8_GEMV_TILE, w=weight,
-            s=weight_scale, b=bias if bias is not None else y, HAS_BIAS=bias is not None,
+    if weight_scale.dim() == 0:  # one scale (the op checked block is the weight's shape)
+        weight_scale = weight_scale.reshape(1, 1)
+    x2, y, y2 = _rows(x, weight.shape[0])
+    scale_k = int(block[1]) if block[1] < x.shape[-1] else 0
+    _launch(k[0], k[1], x2, y2, {"SCALE_K": scale_k}, FP8_GEMV_TILE, w=weight,
+            s=weight_scale, b=bias if bias is not None else y2, HAS_BIAS=bias is not None,
             swn=weight.stride(0), swk=weight.stride(1), ssn=weight_scale.stride(0),
             ssk=weight_scale.stride(1), scale_rows=int(block[0]), scale_cols=int(block[1]))
     return y
@@ -247,9 +260,9 @@ def nvfp4_linear(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tens
             or weight_scale_2.numel() != 1 or (bias is not None and bias.dtype != x.dtype) \
             or x.numel() == 0 or weight.numel() == 0:
         return None
-    y = torch.empty((x.shape[0], weight.shape[0]), dtype=x.dtype, device=x.device)
-    _launch(k[0], k[2], x, y, {}, NVFP4_GEMV_TILE, w=weight, s=weight_scale,
-            g=weight_scale_2.reshape(1).float(), b=bias if bias is not None else y,
+    x2, y, y2 = _rows(x, weight.shape[0])
+    _launch(k[0], k[2], x2, y2, {}, NVFP4_GEMV_TILE, w=weight, s=weight_scale,
+            g=weight_scale_2.reshape(1).float(), b=bias if bias is not None else y2,
             HAS_BIAS=bias is not None, swn=weight.stride(0), swk=weight.stride(1),
             ssn=weight_scale.stride(0), ssk=weight_scale.stride(1))
     return y

@@ -1,0 +1,403 @@
+#include "dispatch/launch_cache.h"
+
+#include <ATen/ops/empty_strided.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/util/SmallVector.h>
+#include <dlfcn.h>
+#include <torch/library.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <shared_mutex>
+#include <unordered_map>
+
+namespace flagos {
+namespace {
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "parameters narrower than 8 bytes are passed as the low bytes of a 64-bit slot");
+
+constexpr size_t kMaxParams = 64;
+
+// ---- keys ------------------------------------------------------------------------------
+
+struct Key {
+  c10::SmallVector<int64_t, 48> words;
+  size_t hash = 0;
+  bool operator==(const Key& o) const {
+    return hash == o.hash && words.size() == o.words.size() &&
+           std::memcmp(words.data(), o.words.data(), words.size() * sizeof(int64_t)) == 0;
+  }
+};
+struct KeyHash {
+  size_t operator()(const Key& k) const { return k.hash; }
+};
+
+enum Tag : int64_t { kNone = -1, kTensor = -2, kInt = -3, kDouble = -4, kBool = -5, kInts = -6,
+                     kUndefined = -7 };
+
+bool key_tensor(const at::Tensor& t, Key& k) {
+  if (!t.defined()) {
+    k.words.push_back(kUndefined);
+    return true;
+  }
+  if (t.layout() != c10::kStrided || t.is_conj() || t.is_neg() || t.is_nested()) return false;
+  k.words.push_back(kTensor);
+  k.words.push_back(static_cast<int64_t>(t.scalar_type()));
+  k.words.push_back(static_cast<int64_t>(t.device().type()) << 8 | (t.device().index() & 0xff));
+  k.words.push_back(t.dim());
+  for (int64_t s : t.sizes()) k.words.push_back(s);
+  for (int64_t s : t.strides()) k.words.push_back(s);
+  // what Triton specializes a pointer on: its 16-byte alignment
+  k.words.push_back(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0);
+  return true;
+}
+
+// The call's key, from its `n` arguments at the top of `stack`; false where an argument is
+// of a kind not keyed (the call then always runs the Python kernel).
+bool make_key(const torch::jit::Stack& stack, size_t n, Key& k) {
+  for (size_t i = stack.size() - n; i < stack.size(); ++i) {
+    const c10::IValue& v = stack[i];
+    if (v.isTensor()) {
+      if (!key_tensor(v.toTensor(), k)) return false;
+    } else if (v.isNone()) {
+      k.words.push_back(kNone);
+    } else if (v.isInt()) {
+      k.words.push_back(kInt);
+      k.words.push_back(v.toInt());
+    } else if (v.isBool()) {
+      k.words.push_back(kBool);
+      k.words.push_back(v.toBool());
+    } else if (v.isDouble()) {
+      double d = v.toDouble();
+      int64_t bits;
+      std::memcpy(&bits, &d, sizeof bits);
+      k.words.push_back(kDouble);
+      k.words.push_back(bits);
+    } else if (v.isIntList()) {
+      auto list = v.toIntList();
+      k.words.push_back(kInts);
+      k.words.push_back(static_cast<int64_t>(list.size()));
+      for (int64_t x : list) k.words.push_back(x);
+    } else {
+      return false;
+    }
+  }
+  size_t h = k.words.size();
+  for (int64_t w : k.words) h ^= std::hash<int64_t>()(w) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+  k.hash = h;
+  return true;
+}
+
+// ---- kept launches ---------------------------------------------------------------------
+
+struct Result {
+  std::vector<int64_t> sizes, strides;
+  c10::ScalarType dtype;
+  c10::Device device;
+};
+
+struct Param {
+  enum Kind : uint8_t { kArgPointer, kResultPointer, kValue } kind;
+  uint32_t index;  // argument or result
+  uint64_t bits;   // kValue
+};
+
+struct Launch {
+  uintptr_t function = 0;
+  uint32_t grid[3] = {1, 1, 1};
+  uint32_t block_threads = 0, shared_bytes = 0;
+  c10::Device device{c10::kCPU};
+  std::vector<Result> results;
+  std::vector<Param> params;
+  PyObjectRef keepalive;
+};
+
+// What record_launch was given, resolved into a Launch once the Python kernel returns.
+struct Recorded {
+  int launches = 0;
+  bool valid = false;  // the one launch fits a kept launch
+  uintptr_t function = 0;
+  uint32_t grid[3] = {1, 1, 1};
+  uint32_t block_threads = 0, shared_bytes = 0;
+  std::vector<LaunchParam> params;
+  PyObjectRef keepalive;
+};
+thread_local Recorded* recording = nullptr;
+
+struct CachedOp {
+  CachedOp(c10::OperatorHandle op, c10::DispatchKey key, PyObjectRef kernel)
+      : op(std::move(op)), key(key), kernel(std::move(kernel)) {}
+  c10::OperatorHandle op;
+  c10::DispatchKey key;
+  PyObjectRef kernel;
+  std::shared_mutex mutex;
+  std::unordered_map<Key, std::shared_ptr<const Launch>, KeyHash> launches;
+};
+
+std::mutex registry_mutex;
+std::vector<std::unique_ptr<CachedOp>>& registry() {
+  static auto* ops = new std::vector<std::unique_ptr<CachedOp>>();
+  return *ops;
+}
+std::vector<std::unique_ptr<torch::Library>>& libraries() {
+  static auto* libs = new std::vector<std::unique_ptr<torch::Library>>();
+  return *libs;
+}
+
+std::atomic<bool> enabled{[] {
+  const char* env = std::getenv("FLAGOS_LAUNCH_CACHE");
+  return !(env && std::strcmp(env, "0") == 0);
+}()};
+std::atomic<int64_t> n_relaunched{0}, n_python{0}, n_kept{0}, n_unkeyed{0};
+
+// The kept launch's parameters resolved against one call: argument and result pointers.
+std::optional<Launch> resolve(const Recorded& rec, const std::vector<c10::IValue>& args,
+                              const torch::jit::Stack& stack, size_t num_results) {
+  Launch l;
+  l.function = rec.function;
+  std::copy(rec.grid, rec.grid + 3, l.grid);
+  l.block_threads = rec.block_threads;
+  l.shared_bytes = rec.shared_bytes;
+  l.keepalive = rec.keepalive;
+  std::vector<at::Tensor> results;
+  for (size_t i = stack.size() - num_results; i < stack.size(); ++i) {
+    if (!stack[i].isTensor()) return std::nullopt;
+    const at::Tensor& r = stack[i].toTensor();
+    if (!r.defined() || r.layout() != c10::kStrided || r.storage_offset() != 0 || r.is_conj() ||
+        r.is_neg())
+      return std::nullopt;
+    for (const auto& a : args)  // a fresh result, not one of the arguments' memory
+      if (a.isTensor() && a.toTensor().defined() && a.toTensor().is_alias_of(r)) return std::nullopt;
+    results.push_back(r);
+    l.results.push_back({r.sizes().vec(), r.strides().vec(), r.scalar_type(), r.device()});
+  }
+  if (results.empty()) return std::nullopt;
+  l.device = results.front().device();
+  for (const LaunchParam& p : rec.params) {
+    if (!p.pointer || p.bits == 0) {
+      l.params.push_back({Param::kValue, p.bytes, p.bits});
+      continue;
+    }
+    std::optional<Param> source;
+    int matches = 0;
+    auto match = [&](const at::Tensor& t, Param::Kind kind, uint32_t index) {
+      if (t.defined() && reinterpret_cast<uintptr_t>(t.data_ptr()) == p.bits) {
+        ++matches;
+        source = Param{kind, index, 0};
+      }
+    };
+    for (size_t i = 0; i < args.size(); ++i)
+      if (args[i].isTensor()) match(args[i].toTensor(), Param::kArgPointer, uint32_t(i));
+    for (size_t i = 0; i < results.size(); ++i) match(results[i], Param::kResultPointer, uint32_t(i));
+    if (matches != 1) return std::nullopt;  // a temporary, or ambiguous
+    l.params.push_back(*source);
+  }
+  return l;
+}
+
+// ---- launchers -------------------------------------------------------------------------
+
+// The CUDA driver, opened only where the process has loaded it already (torch's CUDA).
+struct CudaDriver {
+  using LaunchKernel = int (*)(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                               unsigned by, unsigned bz, unsigned shared, void* stream,
+                               void** params, void** extra);
+  using CtxGetCurrent = int (*)(void** ctx);
+  using GetErrorString = int (*)(int error, const char** text);
+  LaunchKernel launch = nullptr;
+  CtxGetCurrent ctx_get_current = nullptr;
+  GetErrorString error_string = nullptr;
+
+  static const CudaDriver& get() {
+    static const CudaDriver d = [] {
+      CudaDriver d;
+      void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+      if (!lib) return d;
+      d.launch = reinterpret_cast<LaunchKernel>(dlsym(lib, "cuLaunchKernel"));
+      d.ctx_get_current = reinterpret_cast<CtxGetCurrent>(dlsym(lib, "cuCtxGetCurrent"));
+      d.error_string = reinterpret_cast<GetErrorString>(dlsym(lib, "cuGetErrorString"));
+      return d;
+    }();
+    return d;
+  }
+};
+
+using HostFunction = void (*)(const uint32_t* grid, void** params);
+
+// Whether `l` can be launched from this thread now: on CUDA, a context must be current
+// (a thread that has not run CUDA work yet has none; the Python kernel then runs).
+bool can_launch(const Launch& l) {
+  if (l.device.is_cpu()) return true;
+  if (!l.device.is_cuda()) return false;
+  const auto& d = CudaDriver::get();
+  void* ctx = nullptr;
+  return d.launch && d.ctx_get_current && d.ctx_get_current(&ctx) == 0 && ctx;
+}
+
+void launch(const Launch& l, void** params) {
+  if (l.device.is_cpu()) {
+    reinterpret_cast<HostFunction>(l.function)(l.grid, params);
+    return;
+  }
+  const auto* impl = c10::impl::getDeviceGuardImpl(l.device.type());
+  void* stream = impl->getStreamNativeHandle(impl->getStream(l.device));
+  const auto& d = CudaDriver::get();
+  int st = d.launch(reinterpret_cast<void*>(l.function), l.grid[0], l.grid[1], l.grid[2],
+                    l.block_threads, 1, 1, l.shared_bytes, stream, params, nullptr);
+  if (st != 0) {
+    const char* text = "unknown error";
+    if (d.error_string) d.error_string(st, &text);
+    TORCH_CHECK(false, "flagos launch cache: cuLaunchKernel failed (", st, ", ", text, ")");
+  }
+}
+
+// Runs the kept launch for the call at the top of `stack`: results made, kernel launched,
+// arguments replaced by the results. False (stack untouched) where it cannot run now.
+bool relaunch(const Launch& l, torch::jit::Stack* stack, size_t num_args) {
+  if (!can_launch(l) || l.params.size() > kMaxParams) return false;
+  c10::DeviceGuard guard(l.device);
+  std::vector<at::Tensor> results;
+  results.reserve(l.results.size());
+  for (const Result& r : l.results)
+    results.push_back(at::empty_strided(r.sizes, r.strides, at::TensorOptions().dtype(r.dtype).device(r.device)));
+  uint64_t values[kMaxParams];
+  void* ptrs[kMaxParams];
+  const size_t base = stack->size() - num_args;
+  for (size_t i = 0; i < l.params.size(); ++i) {
+    const Param& p = l.params[i];
+    switch (p.kind) {
+      case Param::kArgPointer:
+        values[i] = reinterpret_cast<uintptr_t>((*stack)[base + p.index].toTensor().data_ptr());
+        break;
+      case Param::kResultPointer:
+        values[i] = reinterpret_cast<uintptr_t>(results[p.index].data_ptr());
+        break;
+      case Param::kValue:
+        values[i] = p.bits;
+        break;
+    }
+    ptrs[i] = &values[i];
+  }
+  launch(l, ptrs);
+  torch::jit::drop(*stack, num_args);
+  for (auto& r : results) stack->emplace_back(std::move(r));
+  return true;
+}
+
+// ---- the kernel ------------------------------------------------------------------------
+
+// Closes this thread's recording on scope exit, restoring an enclosing one (a cached op
+// called from another's Python kernel records its own launch).
+struct RecordingScope {
+  Recorded rec;
+  Recorded* previous;
+  RecordingScope() : previous(recording) { recording = &rec; }
+  ~RecordingScope() { recording = previous; }
+};
+
+void cached_kernel(CachedOp* entry, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const size_t num_args = op.schema().arguments().size();
+  const size_t num_results = op.schema().returns().size();
+  Key key;
+  bool keyed = enabled.load(std::memory_order_relaxed) && make_key(*stack, num_args, key);
+  if (keyed) {
+    std::shared_ptr<const Launch> kept;
+    {
+      std::shared_lock<std::shared_mutex> lock(entry->mutex);
+      auto it = entry->launches.find(key);
+      if (it != entry->launches.end()) kept = it->second;
+    }
+    if (kept && relaunch(*kept, stack, num_args)) {
+      n_relaunched.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+  } else if (enabled.load(std::memory_order_relaxed)) {
+    n_unkeyed.fetch_add(1, std::memory_order_relaxed);
+  }
+  n_python.fetch_add(1, std::memory_order_relaxed);
+  std::vector<c10::IValue> args;
+  if (keyed) args.assign(stack->end() - num_args, stack->end());
+  RecordingScope scope;
+  bool ran = call_python_op_kernel(entry->kernel, op, stack);
+  TORCH_CHECK(ran, "flagos launch cache: the kernel of ", op.operator_name(), " declined the call");
+  if (!keyed || scope.rec.launches != 1 || !scope.rec.valid) return;
+  auto l = resolve(scope.rec, args, *stack, num_results);
+  if (!l) return;
+  std::unique_lock<std::shared_mutex> lock(entry->mutex);
+  entry->launches.emplace(std::move(key), std::make_shared<const Launch>(std::move(*l)));
+  n_kept.fetch_add(1, std::memory_order_relaxed);
+}
+
+// The boxed kernel registered in the op's place, bound to its entry.
+struct CachedKernel final : c10::OperatorKernel {
+  explicit CachedKernel(CachedOp* entry) : entry(entry) {}
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+    cached_kernel(entry, op, stack);
+  }
+  CachedOp* entry;
+};
+
+}  // namespace
+
+void register_launch_cached_op(const std::string& op, const std::string& dispatch_key,
+                               const PyObjectRef& kernel) {
+  auto dot = op.find('.', op.find("::"));
+  std::string name = op.substr(0, dot), overload = dot == std::string::npos ? "" : op.substr(dot + 1);
+  auto handle = c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), overload.c_str());
+  c10::DispatchKey key = c10::parseDispatchKey(dispatch_key);
+  TORCH_CHECK(key == c10::DispatchKey::CUDA || key == c10::DispatchKey::CPU,
+              "flagos launch cache: launches on ", dispatch_key, " are not supported (CUDA, CPU)");
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  for (auto& e : registry())
+    TORCH_CHECK(!(e->op == handle && e->key == key), "flagos launch cache: ", op,
+                " is registered for ", dispatch_key, " already");
+  registry().push_back(std::make_unique<CachedOp>(handle, key, kernel));
+  CachedOp* entry = registry().back().get();
+  auto ns = name.substr(0, name.find("::"));
+  auto lib = std::make_unique<torch::Library>(torch::Library::IMPL, ns, key, __FILE__, __LINE__);
+  lib->impl(op.substr(op.find("::") + 2).c_str(),
+            torch::CppFunction::makeFromBoxedFunctor(std::make_unique<CachedKernel>(entry)));
+  libraries().push_back(std::move(lib));
+}
+
+bool record_launch(uintptr_t function, const std::vector<uint32_t>& grid, uint32_t block_threads,
+                   uint32_t shared_bytes, std::vector<LaunchParam> params,
+                   const PyObjectRef& keepalive) {
+  Recorded* rec = recording;
+  if (!rec) return false;
+  if (++rec->launches > 1 || grid.size() != 3 || params.size() > kMaxParams) {
+    rec->valid = false;
+    return true;
+  }
+  rec->valid = true;
+  rec->function = function;
+  std::copy(grid.begin(), grid.end(), rec->grid);
+  rec->block_threads = block_threads;
+  rec->shared_bytes = shared_bytes;
+  rec->params = std::move(params);
+  rec->keepalive = keepalive;
+  return true;
+}
+
+bool launch_recording() { return recording != nullptr; }
+
+LaunchCacheStats launch_cache_stats() {
+  return {n_relaunched.load(), n_python.load(), n_kept.load(), n_unkeyed.load()};
+}
+
+void clear_launch_cache() {
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  for (auto& e : registry()) {
+    std::unique_lock<std::shared_mutex> l(e->mutex);
+    e->launches.clear();
+  }
+}
+
+void set_launch_cache_enabled(bool on) { enabled.store(on); }
+bool launch_cache_enabled() { return enabled.load(); }
+
+}  // namespace flagos

@@ -1,0 +1,70 @@
+// The launch cache: a Python kernel whose call is one launch of a compiled kernel (a
+// Triton kernel's wrapper: check, allocate the results, launch) relaunched from C++ on
+// later calls with the same argument metadata, without Python.
+//
+// An op is registered for one dispatch key (the twin device's, CUDA; CPU in the tests)
+// with its Python kernel. The boxed C++ kernel put in its place keys each call by its
+// arguments' metadata: each tensor's dtype, device, sizes, strides and 16-byte alignment,
+// every other argument's value (calls with other argument kinds always run the Python
+// kernel). A key seen before with a recorded launch is relaunched: results allocated as
+// recorded (at::empty_strided, so that the twin's result scopes serve them), then the
+// kernel launched on the current stream with the recorded grid, block, shared memory and
+// parameters, each a constant or the data pointer of an argument or result. Otherwise the
+// Python kernel runs while a recording is open on the thread; if it made exactly one
+// launch (record_launch) whose pointers are each the data pointer of exactly one argument
+// or result, and its results are fresh tensors, the launch is kept for the key.
+//
+// Registering an op states that its Python kernel is such a function of its arguments'
+// metadata: the launch (grid, constants) and the results' shapes depend on nothing else,
+// and the launch is the whole of its device work. The code that launches says so per
+// call by recording only then (flagos/launch_cache.py for Triton's compiled kernels).
+#pragma once
+
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dispatch/python_bridge.h"
+
+namespace flagos {
+
+// Puts the cached kernel in place of `op` ("ns::name" or "ns::name.overload", defined
+// already) for `dispatch_key` ("CUDA" or "CPU"), `kernel` its Python kernel (called as
+// torch calls a torch.library kernel). Once per op and key.
+void register_launch_cached_op(const std::string& op, const std::string& dispatch_key,
+                               const PyObjectRef& kernel);
+
+// One parameter of a recorded launch: its C type's size in bytes and its bits, a pointer
+// being resolved to an argument or result when the launch is kept.
+struct LaunchParam {
+  bool pointer;
+  uint8_t bytes;  // 1, 2, 4 or 8
+  uint64_t bits;
+};
+
+// Records the launch the running Python kernel makes (a CUfunction on CUDA, a host
+// function void(const uint32_t grid[3], void** params) on CPU); false when no recording is
+// open on this thread. `keepalive` is held as long as the launch is kept (the compiled
+// module owning `function`).
+bool record_launch(uintptr_t function, const std::vector<uint32_t>& grid, uint32_t block_threads,
+                   uint32_t shared_bytes, std::vector<LaunchParam> params,
+                   const PyObjectRef& keepalive);
+
+// Whether the running Python kernel is being recorded (on this thread).
+bool launch_recording();
+
+struct LaunchCacheStats {
+  int64_t relaunched = 0;  // calls run from C++
+  int64_t python = 0;      // calls that ran the Python kernel
+  int64_t kept = 0;        // launches kept
+  int64_t unkeyed = 0;     // calls whose arguments cannot be keyed
+};
+LaunchCacheStats launch_cache_stats();
+// Drops every kept launch (the next call of each key runs Python again).
+void clear_launch_cache();
+void set_launch_cache_enabled(bool enabled);
+bool launch_cache_enabled();
+
+}  // namespace flagos

@@ -1,0 +1,153 @@
+"""The launch cache: ops whose Python kernel is one launch of a compiled kernel, relaunched
+from C++ on repeated calls.
+
+A Triton kernel's Python wrapper costs tens of microseconds of host time per call (its
+checks, the binding of each argument, the launch through Python), more than the GPU time
+of a small kernel: a decode step at batch 1 is bound by it. :func:`register` puts a C++
+kernel in the op's place for one device type. It keys each call by its arguments'
+metadata (each tensor's dtype, device, sizes, strides and 16-byte alignment, every other
+argument's value); the first call of a key runs the Python kernel, which records the one
+launch it makes (:func:`record_triton` or :func:`record`); later calls of the key allocate
+the results as recorded and launch the kernel from C++ on the current stream, with no
+Python.
+
+Registering an op states that its Python kernel's launch (grid, constants, which argument
+each pointer is) and its results' shapes depend on its arguments' metadata only, and that
+the launch is the kernel's whole device work; the code that launches records only calls
+where that holds. A launch is kept only where every pointer it passes is the data pointer
+of exactly one argument or result, and the results are fresh tensors.
+
+Kept launches do not call Triton's launch hooks (``triton.knobs.runtime``); records are
+not made while hooks are set, and :func:`clear` (or ``FLAGOS_LAUNCH_CACHE=0`` in the
+environment, or :func:`disabled`) makes every call go through Python again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import struct
+from collections.abc import Callable, Iterator, Sequence
+
+from flagos import _C
+
+__all__ = ["clear", "disabled", "record", "record_triton", "recording", "register", "stats",
+           "triton_hook_set"]
+
+# Triton's scalar parameter types (the compiled kernel's signature) as C sizes
+_INT_BYTES = {"i1": 1, "i8": 1, "i16": 2, "i32": 4, "i64": 8, "u1": 1, "u8": 1, "u16": 2,
+              "u32": 4, "u64": 8}
+_FLOAT_FORMATS = {"fp32": ("<f", "<I", 4), "f32": ("<f", "<I", 4), "fp64": ("<d", "<Q", 8)}
+# The Triton releases whose CUDA launcher passes, after the kernel's own parameters, the
+# global and the profile scratch pointers (triton/backends/nvidia/driver.py)
+_TRITON_SCRATCH_PARAMS = {(3, 5): 2, (3, 6): 2}
+
+
+def register(op: str, device_type: str, kernel: Callable) -> None:
+    """Put the launch-cached kernel in place of ``op`` ("ns::name[.overload]", defined
+    already) for ``device_type`` ("cuda", or "cpu" whose launches are host functions),
+    ``kernel`` the op's Python kernel (called as a ``torch.library`` kernel)."""
+    _C._launch_cache_register(op, device_type.upper(), kernel)
+
+
+def recording() -> bool:
+    """Whether a launch-cached op's Python kernel is running on this thread (a launch made
+    now can be recorded)."""
+    return _C._launch_cache_recording()
+
+
+def record(function: int, grid: Sequence[int], block_threads: int, shared_bytes: int,
+           params: Sequence[tuple[bool, int, int]], keepalive: object = None) -> bool:
+    """Record the launch the running Python kernel makes: ``function`` (a ``CUfunction``;
+    on "cpu" a ``void(const uint32_t grid[3], void** params)`` host function), the grid,
+    the threads of a block, the dynamic shared memory, and each parameter as
+    ``(is_pointer, bytes, bits)``. ``keepalive`` is held while the launch is kept (what
+    owns ``function``). False when nothing is recording."""
+    return _C._launch_cache_record(int(function), [int(g) for g in grid], int(block_threads),
+                                   int(shared_bytes), list(params), keepalive)
+
+
+def _triton_version() -> tuple[int, int]:
+    import triton
+
+    return tuple(int(x) for x in triton.__version__.split(".")[:2])
+
+
+def record_triton(compiled: object, grid: Sequence[int], args: Sequence[object]) -> bool:
+    """Record a launch of Triton's ``compiled`` kernel (what ``kernel[grid](...)`` returns)
+    with ``args``, every argument of the kernel in its signature's order as they were
+    passed. False, with nothing recorded, where the launch needs what a kept launch does
+    not do (clusters, cooperative or dependent launches, scratch memory, Triton launch
+    hooks), a parameter is of a type not mirrored, or this Triton's launcher is not
+    mirrored."""
+    if not recording():
+        return False
+    scratch = _TRITON_SCRATCH_PARAMS.get(_triton_version())
+    md = getattr(compiled, "metadata", None)
+    src = getattr(compiled, "src", None)
+    signature = getattr(src, "signature", None)
+    if scratch is None or md is None or not isinstance(signature, dict) \
+            or len(signature) != len(args):
+        return False
+    if getattr(md, "num_ctas", 1) != 1 or getattr(md, "launch_cooperative_grid", False) \
+            or getattr(md, "launch_pdl", False) or getattr(md, "global_scratch_size", 0) \
+            or getattr(md, "profile_scratch_size", 0) or _triton_hooked():
+        return False
+    params: list[tuple[bool, int, int]] = []
+    for ty, value in zip(signature.values(), args):
+        if not isinstance(ty, str):  # tuples, tensor descriptors
+            return False
+        if ty == "constexpr":
+            continue
+        if ty.startswith("*"):
+            params.append((True, 8, value.data_ptr() if value is not None else 0))
+        elif ty in _INT_BYTES:
+            n = _INT_BYTES[ty]
+            params.append((False, n, int(value) & ((1 << 8 * n) - 1)))
+        elif ty in _FLOAT_FORMATS:
+            f, i, n = _FLOAT_FORMATS[ty]
+            params.append((False, n, struct.unpack(i, struct.pack(f, float(value)))[0]))
+        else:
+            return False
+    params += [(False, 8, 0)] * scratch
+    g = [int(x) for x in grid] + [1] * (3 - len(grid))
+    return record(compiled.function, g, 32 * md.num_warps, md.shared, params, compiled)
+
+
+def triton_hook_set(hook: object) -> bool:
+    """Whether a Triton launch hook (``triton.knobs.runtime.launch_enter_hook`` or
+    ``launch_exit_hook``) is set: a callable, or (Triton 3.6) a non-empty HookChain (an
+    empty chain is what Triton has when nothing is registered)."""
+    if hook is None:
+        return False
+    calls = getattr(hook, "calls", None)
+    return bool(calls) if isinstance(calls, list) else True
+
+
+def _triton_hooked() -> bool:
+    import triton
+
+    runtime = triton.knobs.runtime
+    return triton_hook_set(runtime.launch_enter_hook) or triton_hook_set(runtime.launch_exit_hook)
+
+
+def stats() -> dict[str, int]:
+    """Counts since start: ``relaunched`` (calls run from C++), ``python`` (calls that ran
+    the Python kernel), ``kept`` (launches kept), ``unkeyed`` (calls with arguments of a
+    kind not keyed)."""
+    return dict(_C._launch_cache_stats())
+
+
+def clear() -> None:
+    """Drop every kept launch: the next call of each key runs its Python kernel again."""
+    _C._launch_cache_clear()
+
+
+@contextlib.contextmanager
+def disabled() -> Iterator[None]:
+    """Run every launch-cached op's Python kernel inside (nothing kept or relaunched)."""
+    was = _C._launch_cache_enabled()
+    _C._launch_cache_set_enabled(False)
+    try:
+        yield
+    finally:
+        _C._launch_cache_set_enabled(was)
