@@ -14,7 +14,7 @@ import torch
 from flagos import launch_cache
 
 _lib = torch.library.Library("flagos_test_launch_cache", "DEF")
-for _name in ("axpy", "two_launches", "temporary", "aliased", "unkeyed"):
+for _name in ("axpy", "two_launches", "temporary", "aliased", "unkeyed", "nested", "padded"):
     _lib.define(f"{_name}(Tensor x, Tensor y, float alpha) -> Tensor")
 _lib.define("unkeyed_list(Tensor x, Tensor[] ys, float alpha) -> Tensor")
 
@@ -87,6 +87,19 @@ def _aliased(x, y, alpha):
     return x.view_as(x)  # the result is the argument's memory
 
 
+def _nested(x, y, alpha):
+    inner = ops.axpy(x, y, alpha)  # a cached op's device work inside this one's kernel
+    out = torch.empty_like(x)
+    _launch(inner, y, out, alpha)
+    return out
+
+
+def _padded(x, y, alpha):
+    out = torch.empty(x.numel() + 16)[: x.numel()]  # in a larger buffer than it needs
+    _launch(x, y, out, alpha)
+    return out
+
+
 def _unkeyed_list(x, ys, alpha):
     out = torch.empty_like(x)
     _launch(x, ys[0], out, alpha)
@@ -95,7 +108,8 @@ def _unkeyed_list(x, ys, alpha):
 
 for _name, _fn in (("axpy", _axpy_kernel), ("two_launches", _two_launches),
                    ("temporary", _temporary), ("aliased", _aliased),
-                   ("unkeyed_list", _unkeyed_list)):
+                   ("unkeyed_list", _unkeyed_list), ("nested", _nested),
+                   ("padded", _padded)):
     launch_cache.register(f"flagos_test_launch_cache::{_name}", "cpu", _fn)
 
 ops = torch.ops.flagos_test_launch_cache
@@ -151,12 +165,30 @@ def test_kernel_errors_reach_the_caller_and_are_not_kept() -> None:
     assert _delta(before)["relaunched"] == 0
 
 
-@pytest.mark.parametrize("op", ["two_launches", "temporary", "aliased"])
+@pytest.mark.parametrize("op", ["two_launches", "temporary", "aliased", "padded"])
 def test_launches_a_kept_one_could_get_wrong_are_not_kept(op: str) -> None:
     before = launch_cache.stats()
     for _ in range(3):
         getattr(ops, op)(torch.randn(16), torch.randn(16), 1.0)
     assert _delta(before) == {"relaunched": 0, "python": 3, "kept": 0, "unkeyed": 0}
+
+
+def test_a_kernel_running_another_cached_op_is_not_kept() -> None:
+    """Its one recorded launch is not its whole device work (the inner op's launch, from
+    Python or from C++, is not in it)."""
+    before = launch_cache.stats()
+    for _ in range(3):
+        x, y = torch.randn(16), torch.randn(16)
+        torch.testing.assert_close(ops.nested(x, y, 2.0), x + 4.0 * y)
+    # the inner axpy: kept once, then relaunched; the outer op always through Python
+    assert _delta(before) == {"relaunched": 2, "python": 4, "kept": 1, "unkeyed": 0}
+
+
+def test_an_empty_grid_is_not_launched() -> None:
+    ops.axpy(torch.randn(0), torch.randn(0), 1.0)
+    before, calls = launch_cache.stats(), len(_calls)
+    assert ops.axpy(torch.randn(0), torch.randn(0), 1.0).shape == (0,)
+    assert _delta(before)["relaunched"] == 1 and len(_calls) == calls
 
 
 def test_arguments_of_kinds_not_keyed_always_run_python() -> None:
@@ -230,15 +262,17 @@ def test_triton_launches_are_recorded_as_its_cuda_launcher_passes_them(monkeypat
                       (False, 8, 0)]
 
 
-@pytest.mark.parametrize("why", ["cluster", "scratch", "descriptor", "version", "hook"])
+@pytest.mark.parametrize("why", ["cluster", "scratch", "descriptor", "version", "hook",
+                                 "overflow"])
 def test_triton_launches_a_kept_launch_cannot_repeat_are_not_recorded(monkeypatch, why) -> None:
     triton = pytest.importorskip("triton")
     monkeypatch.setattr(launch_cache, "recording", lambda: True)
     monkeypatch.setattr(launch_cache, "record", lambda *a: pytest.fail("recorded"))
     monkeypatch.setattr(launch_cache, "_triton_version",
                         lambda: (3, 99) if why == "version" else (3, 6))
-    sig = {"x": ("*fp32", "i32") if why == "descriptor" else "*fp32"}
+    sig = {"x": ("*fp32", "i32") if why == "descriptor" else "*fp32", "f": "fp32"}
     meta = {"cluster": {"num_ctas": 2}, "scratch": {"global_scratch_size": 128}}.get(why, {})
     if why == "hook":
         monkeypatch.setattr(triton.knobs.runtime, "launch_enter_hook", lambda *a: None)
-    assert not launch_cache.record_triton(_Compiled(sig, **meta), (1, 1), [torch.zeros(1)])
+    f = 1e300 if why == "overflow" else 1.0  # beyond float32: Triton's C cast, not mirrored
+    assert not launch_cache.record_triton(_Compiled(sig, **meta), (1, 1), [torch.zeros(1), f])

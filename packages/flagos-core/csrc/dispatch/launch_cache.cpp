@@ -1,5 +1,6 @@
 #include "dispatch/launch_cache.h"
 
+#include <ATen/EmptyTensor.h>
 #include <ATen/ops/empty_strided.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -98,6 +99,7 @@ struct Result {
   std::vector<int64_t> sizes, strides;
   c10::ScalarType dtype;
   c10::Device device;
+  bool aligned;  // its pointer was 16-byte aligned (what Triton specialized the kernel on)
 };
 
 struct Param {
@@ -170,13 +172,21 @@ std::optional<Launch> resolve(const Recorded& rec, const std::vector<c10::IValue
     if (!r.defined() || r.layout() != c10::kStrided || r.storage_offset() != 0 || r.is_conj() ||
         r.is_neg())
       return std::nullopt;
+    // made as empty_strided makes it: no larger buffer the kernel might address
+    if (r.storage().nbytes() != at::detail::computeStorageNbytes(r.sizes(), r.strides(), r.itemsize()))
+      return std::nullopt;
     for (const auto& a : args)  // a fresh result, not one of the arguments' memory
       if (a.isTensor() && a.toTensor().defined() && a.toTensor().is_alias_of(r)) return std::nullopt;
     results.push_back(r);
-    l.results.push_back({r.sizes().vec(), r.strides().vec(), r.scalar_type(), r.device()});
+    l.results.push_back({r.sizes().vec(), r.strides().vec(), r.scalar_type(), r.device(),
+                         reinterpret_cast<uintptr_t>(r.data_ptr()) % 16 == 0});
   }
   if (results.empty()) return std::nullopt;
   l.device = results.front().device();
+  // the function belongs to the context of the device current at the launch (a Python
+  // kernel runs without a device guard): keep it only where that is the results' device
+  const auto* impl = c10::impl::getDeviceGuardImpl(l.device.type());
+  if (!l.device.is_cpu() && impl->getDevice() != l.device) return std::nullopt;
   for (const LaunchParam& p : rec.params) {
     if (!p.pointer || p.bits == 0) {
       l.params.push_back({Param::kValue, p.bytes, p.bits});
@@ -238,32 +248,41 @@ bool can_launch(const Launch& l) {
   return d.launch && d.ctx_get_current && d.ctx_get_current(&ctx) == 0 && ctx;
 }
 
-void launch(const Launch& l, void** params) {
+// Launches `l`; the driver's error (0: launched).
+int launch(const Launch& l, void** params) {
+  if (l.grid[0] == 0 || l.grid[1] == 0 || l.grid[2] == 0) return 0;  // as Triton: no launch
   if (l.device.is_cpu()) {
     reinterpret_cast<HostFunction>(l.function)(l.grid, params);
-    return;
+    return 0;
   }
   const auto* impl = c10::impl::getDeviceGuardImpl(l.device.type());
   void* stream = impl->getStreamNativeHandle(impl->getStream(l.device));
-  const auto& d = CudaDriver::get();
-  int st = d.launch(reinterpret_cast<void*>(l.function), l.grid[0], l.grid[1], l.grid[2],
-                    l.block_threads, 1, 1, l.shared_bytes, stream, params, nullptr);
-  if (st != 0) {
-    const char* text = "unknown error";
-    if (d.error_string) d.error_string(st, &text);
-    TORCH_CHECK(false, "flagos launch cache: cuLaunchKernel failed (", st, ", ", text, ")");
-  }
+  return CudaDriver::get().launch(reinterpret_cast<void*>(l.function), l.grid[0], l.grid[1],
+                                  l.grid[2], l.block_threads, 1, 1, l.shared_bytes, stream,
+                                  params, nullptr);
 }
 
+std::string driver_error(int st) {
+  const char* text = "unknown error";
+  if (const auto& d = CudaDriver::get(); d.error_string) d.error_string(st, &text);
+  return std::to_string(st) + ", " + text;
+}
+
+enum class Relaunch { kDone, kNotNow, kFailed };
+
 // Runs the kept launch for the call at the top of `stack`: results made, kernel launched,
-// arguments replaced by the results. False (stack untouched) where it cannot run now.
-bool relaunch(const Launch& l, torch::jit::Stack* stack, size_t num_args) {
-  if (!can_launch(l) || l.params.size() > kMaxParams) return false;
+// arguments replaced by the results. Otherwise the stack is untouched: kNotNow where it
+// cannot run now, kFailed (with the driver's error in `error`) where the launch failed.
+Relaunch relaunch(const Launch& l, torch::jit::Stack* stack, size_t num_args, std::string& error) {
+  if (!can_launch(l) || l.params.size() > kMaxParams) return Relaunch::kNotNow;
   c10::DeviceGuard guard(l.device);
   std::vector<at::Tensor> results;
   results.reserve(l.results.size());
-  for (const Result& r : l.results)
+  for (const Result& r : l.results) {
     results.push_back(at::empty_strided(r.sizes, r.strides, at::TensorOptions().dtype(r.dtype).device(r.device)));
+    if (r.aligned && reinterpret_cast<uintptr_t>(results.back().data_ptr()) % 16)
+      return Relaunch::kNotNow;  // the kernel was specialized on an aligned result
+  }
   uint64_t values[kMaxParams];
   void* ptrs[kMaxParams];
   const size_t base = stack->size() - num_args;
@@ -282,21 +301,37 @@ bool relaunch(const Launch& l, torch::jit::Stack* stack, size_t num_args) {
     }
     ptrs[i] = &values[i];
   }
-  launch(l, ptrs);
+  if (int st = launch(l, ptrs); st != 0) {
+    error = driver_error(st);
+    return Relaunch::kFailed;
+  }
   torch::jit::drop(*stack, num_args);
   for (auto& r : results) stack->emplace_back(std::move(r));
-  return true;
+  return Relaunch::kDone;
 }
 
 // ---- the kernel ------------------------------------------------------------------------
 
+// Device work of a cached op inside another's Python kernel (its own recorded or kept
+// launch): the enclosing kernel's one recorded launch would not be its whole work.
+void invalidate_enclosing_recording() {
+  if (recording) {
+    recording->valid = false;
+    ++recording->launches;
+  }
+}
+
 // Closes this thread's recording on scope exit, restoring an enclosing one (a cached op
-// called from another's Python kernel records its own launch).
+// called from another's Python kernel records its own launch, and the enclosing one is
+// then not kept).
 struct RecordingScope {
   Recorded rec;
   Recorded* previous;
   RecordingScope() : previous(recording) { recording = &rec; }
-  ~RecordingScope() { recording = previous; }
+  ~RecordingScope() {
+    recording = previous;
+    invalidate_enclosing_recording();
+  }
 };
 
 void cached_kernel(CachedOp* entry, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -311,9 +346,30 @@ void cached_kernel(CachedOp* entry, const c10::OperatorHandle& op, torch::jit::S
       auto it = entry->launches.find(key);
       if (it != entry->launches.end()) kept = it->second;
     }
-    if (kept && relaunch(*kept, stack, num_args)) {
-      n_relaunched.fetch_add(1, std::memory_order_relaxed);
-      return;
+    if (kept) {
+      std::string error;
+      switch (relaunch(*kept, stack, num_args, error)) {
+        case Relaunch::kDone:
+          invalidate_enclosing_recording();
+          n_relaunched.fetch_add(1, std::memory_order_relaxed);
+          return;
+        case Relaunch::kFailed: {  // dropped; the Python kernel runs (and reports)
+          TORCH_WARN("flagos launch cache: a kept launch of ", op.operator_name(),
+                     " failed (", error, "); dropped, the call runs its Python kernel");
+          std::shared_ptr<const Launch> dropped;
+          {
+            std::unique_lock<std::shared_mutex> lock(entry->mutex);
+            auto it = entry->launches.find(key);
+            if (it != entry->launches.end() && it->second == kept) {
+              dropped = std::move(it->second);
+              entry->launches.erase(it);
+            }
+          }
+          break;
+        }
+        case Relaunch::kNotNow:
+          break;
+      }
     }
   } else if (enabled.load(std::memory_order_relaxed)) {
     n_unkeyed.fetch_add(1, std::memory_order_relaxed);
@@ -327,9 +383,15 @@ void cached_kernel(CachedOp* entry, const c10::OperatorHandle& op, torch::jit::S
   if (!keyed || scope.rec.launches != 1 || !scope.rec.valid) return;
   auto l = resolve(scope.rec, args, *stack, num_results);
   if (!l) return;
-  std::unique_lock<std::shared_mutex> lock(entry->mutex);
-  entry->launches.emplace(std::move(key), std::make_shared<const Launch>(std::move(*l)));
-  n_kept.fetch_add(1, std::memory_order_relaxed);
+  // Made and (if another thread kept one first) destroyed outside the lock: a Python
+  // reference is released with the GIL, which a thread waiting on the lock may hold.
+  std::shared_ptr<const Launch> made = std::make_shared<const Launch>(std::move(*l));
+  bool inserted;
+  {
+    std::unique_lock<std::shared_mutex> lock(entry->mutex);
+    inserted = entry->launches.try_emplace(std::move(key), made).second;
+  }
+  if (inserted) n_kept.fetch_add(1, std::memory_order_relaxed);
 }
 
 // The boxed kernel registered in the op's place, bound to its entry.
@@ -390,10 +452,12 @@ LaunchCacheStats launch_cache_stats() {
 }
 
 void clear_launch_cache() {
+  // The kept launches are destroyed after the locks are released (see cached_kernel).
+  std::vector<std::unordered_map<Key, std::shared_ptr<const Launch>, KeyHash>> dropped;
   std::lock_guard<std::mutex> lock(registry_mutex);
   for (auto& e : registry()) {
     std::unique_lock<std::shared_mutex> l(e->mutex);
-    e->launches.clear();
+    dropped.emplace_back().swap(e->launches);
   }
 }
 

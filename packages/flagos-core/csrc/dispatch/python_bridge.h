@@ -5,6 +5,7 @@
 
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace flagos {
@@ -16,6 +17,12 @@ class PyObjectRef {
   explicit PyObjectRef(void* obj);  // takes a new reference
   PyObjectRef(const PyObjectRef& other);
   PyObjectRef& operator=(const PyObjectRef& other);
+  // Moves take no GIL (callers may hold locks another thread waits on with the GIL).
+  PyObjectRef(PyObjectRef&& other) noexcept : obj_(other.obj_) { other.obj_ = nullptr; }
+  PyObjectRef& operator=(PyObjectRef&& other) noexcept {
+    std::swap(obj_, other.obj_);
+    return *this;
+  }
   ~PyObjectRef();
   explicit operator bool() const { return obj_ != nullptr; }
   void* get() const { return obj_; }

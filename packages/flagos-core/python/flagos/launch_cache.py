@@ -92,14 +92,29 @@ def record_triton(compiled: object, grid: Sequence[int], args: Sequence[object])
             or getattr(md, "launch_pdl", False) or getattr(md, "global_scratch_size", 0) \
             or getattr(md, "profile_scratch_size", 0) or _triton_hooked():
         return False
+    try:
+        params = _triton_params(signature.values(), args)
+    except (TypeError, ValueError, OverflowError, struct.error):  # not mirrored: not kept
+        return False
+    if params is None:
+        return False
+    params += [(False, 8, 0)] * scratch
+    g = [int(x) for x in grid] + [1] * (3 - len(grid))
+    return record(compiled.function, g, 32 * md.num_warps, md.shared, params, compiled)
+
+
+def _triton_params(types, args) -> list[tuple[bool, int, int]] | None:
+    """The launch's parameters as Triton's CUDA launcher passes them; None for a type it
+    is not mirrored for."""
     params: list[tuple[bool, int, int]] = []
-    for ty, value in zip(signature.values(), args):
+    for ty, value in zip(types, args):
         if not isinstance(ty, str):  # tuples, tensor descriptors
-            return False
+            return None
         if ty == "constexpr":
             continue
         if ty.startswith("*"):
-            params.append((True, 8, value.data_ptr() if value is not None else 0))
+            ptr = 0 if value is None else value if isinstance(value, int) else value.data_ptr()
+            params.append((True, 8, ptr))
         elif ty in _INT_BYTES:
             n = _INT_BYTES[ty]
             params.append((False, n, int(value) & ((1 << 8 * n) - 1)))
@@ -107,10 +122,8 @@ def record_triton(compiled: object, grid: Sequence[int], args: Sequence[object])
             f, i, n = _FLOAT_FORMATS[ty]
             params.append((False, n, struct.unpack(i, struct.pack(f, float(value)))[0]))
         else:
-            return False
-    params += [(False, 8, 0)] * scratch
-    g = [int(x) for x in grid] + [1] * (3 - len(grid))
-    return record(compiled.function, g, 32 * md.num_warps, md.shared, params, compiled)
+            return None
+    return params
 
 
 def triton_hook_set(hook: object) -> bool:

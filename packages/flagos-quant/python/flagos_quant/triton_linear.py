@@ -124,7 +124,9 @@ class _RepeatLauncher:
                getattr(self.compilation, "instrumentation_mode", None)]
         for name in self.names:
             v = args[name]
-            key.append((v.dtype, v.data_ptr() % 16 == 0) if isinstance(v, torch.Tensor) else v)
+            # the type too: 1, True and 1.0 are equal keys that Triton compiles apart
+            key.append((v.dtype, v.data_ptr() % 16 == 0) if isinstance(v, torch.Tensor)
+                       else (type(v), v))
         return tuple(key)
 
     def __call__(self, grid: tuple[int, int], args: dict, record: bool = True) -> None:
