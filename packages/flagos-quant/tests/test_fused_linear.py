@@ -63,8 +63,11 @@ def test_bad_shapes_are_clear_errors() -> None:
     q, s = quantize_fp8(torch.randn(8, 32))
     with pytest.raises(ValueError, match=r"x \[\.\.\., K\] and weight \[N, K\]"):
         fp8_weight_linear(torch.randn(2, 16), q, s, None, None)
-    with pytest.raises(ValueError, match=r"0-dim weight_scale .* block must be its shape"):
+    with pytest.raises(ValueError, match=r"not 2-D must be one scale .* block its shape"):
         torch.ops.flagos_quant.fp8_weight_linear(torch.randn(2, 32), q, s, [4, 32], None)
+    with pytest.raises(ValueError, match=r"not 2-D must be one scale"):
+        torch.ops.flagos_quant.fp8_weight_linear(torch.randn(2, 32), q, torch.ones(8), [8, 32],
+                                                 None)
     packed, scale, glob = quantize_nvfp4(torch.randn(8, 32))
     with pytest.raises(ValueError, match="packed weight"):
         nvfp4_weight_linear(torch.randn(2, 16), packed, scale, glob, None)
@@ -76,18 +79,20 @@ def test_bad_shapes_are_clear_errors() -> None:
 
 
 def test_leading_dims_and_a_0_dim_scale_on_flagos(stats) -> None:
-    """The ops take x [..., K] and, for one scale, a 0-dim weight_scale (ModelOpt's), so the
-    layers reshape nothing; gradients of a bias sum over every leading dim."""
+    """The ops take x [..., K] and, for one scale, a weight_scale of any one-element shape
+    (ModelOpt's 0-dim), so the layers reshape nothing; gradients of a bias sum over every
+    leading dim."""
     q, s = quantize_fp8(torch.randn(24, 64))
     assert s.dim() == 0
     x = torch.randn(2, 3, 64, dtype=torch.bfloat16)
     bias = torch.randn(24, dtype=torch.bfloat16)
     want = F.linear(x, dequantize_fp8(q, s).to(x.dtype), bias)
     op = torch.ops.flagos_quant.fp8_weight_linear
-    assert torch.equal(op(x, q, s, [24, 64], bias), want)
-    got = op(x.to(DEV), q.to(DEV), s.to(DEV), [24, 64], bias.to(DEV))
-    assert got.shape == (2, 3, 24)
-    assert_matches_cpu(got, want)
+    for scale in (s, s.reshape(1)):  # ModelOpt's 0-dim, compressed-tensors' [1]
+        assert torch.equal(op(x, q, scale, [24, 64], bias), want)
+        got = op(x.to(DEV), q.to(DEV), scale.to(DEV), [24, 64], bias.to(DEV))
+        assert got.shape == (2, 3, 24)
+        assert_matches_cpu(got, want)
     packed, scale, glob = quantize_nvfp4(torch.randn(24, 64))
     x1 = torch.randn(64)
     got4 = nvfp4_weight_linear(x1.to(DEV), packed.to(DEV), scale.to(DEV), glob.to(DEV), None)

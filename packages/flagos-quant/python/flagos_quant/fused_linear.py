@@ -5,7 +5,8 @@ dequantized copy (at batch 1 a linear layer is bound by the bytes of its weight)
 - ``flagos_quant::fp8_weight_linear(x, weight, weight_scale, block, bias)``: ``x``
   [..., K] times the FP8 ``weight`` [N, K] dequantized with one float32 scale per
   ``block`` ([bn, bk]; ``weight_scale`` [ceil(N/bn), ceil(K/bk)]: per tensor [N, K] (the
-  scale [1, 1] or 0-dim), per output channel [1, K], DeepSeek / HF ``fp8`` [128, 128]),
+  scale of any one-element shape), per output channel [1, K], DeepSeek / HF ``fp8``
+  [128, 128]),
   plus ``bias``: [..., N];
 - ``flagos_quant::nvfp4_weight_linear(x, weight, weight_scale, weight_scale_2, bias)``:
   the same for NVFP4 (``weight`` uint8 [N, K/2], e4m3 ``weight_scale`` [N, K/16], float32
@@ -43,7 +44,7 @@ _lib.define("nvfp4_weight_linear(Tensor x, Tensor weight, Tensor weight_scale, "
 
 
 def _fp8_weight(weight: torch.Tensor, weight_scale: torch.Tensor, block, dtype) -> torch.Tensor:
-    block = None if weight_scale.dim() == 0 else tuple(block)  # one scale: checked [N, K]
+    block = None if weight_scale.dim() != 2 else tuple(block)  # one scale: checked [N, K]
     return dequantize_fp8(weight, weight_scale, block).to(dtype)
 
 
@@ -73,10 +74,11 @@ def _check_fp8(x, weight, weight_scale, block) -> None:
                          f"{tuple(x.shape)} and {tuple(weight.shape)}")
     if len(block) != 2 or min(block) < 1:
         raise ValueError(f"fp8_weight_linear: block must be [rows, cols] >= 1, got {block}")
-    if weight_scale.dim() == 0 and list(block) != list(weight.shape):
-        raise ValueError(f"fp8_weight_linear: a 0-dim weight_scale is one scale for the "
-                         f"weight, so block must be its shape {list(weight.shape)}, got "
-                         f"{list(block)}")
+    if weight_scale.dim() != 2 and (weight_scale.numel() != 1
+                                    or list(block) != list(weight.shape)):
+        raise ValueError(f"fp8_weight_linear: a weight_scale that is not 2-D must be one "
+                         f"scale for the weight (got shape {tuple(weight_scale.shape)}), "
+                         f"with block its shape {list(weight.shape)} (got {list(block)})")
 
 
 def _check_nvfp4(x, weight) -> None:
@@ -162,7 +164,7 @@ def fp8_weight_linear(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch
     tensor), plus ``bias``, in ``x``'s dtype, through ``flagos_quant::fp8_weight_linear``."""
     if block is None:
         block = weight.shape
-        if weight_scale.dim() and weight_scale.shape != (1, 1):  # one scale; reshape raises
+        if weight_scale.numel() != 1 or weight_scale.dim() > 2:  # one scale; reshape raises
             weight_scale = weight_scale.reshape(1, 1)
     return _below_autograd_unless_needed(torch.ops.flagos_quant.fp8_weight_linear, x, bias,
                                          weight, weight_scale, list(block), bias)

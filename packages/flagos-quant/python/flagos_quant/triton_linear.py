@@ -236,12 +236,13 @@ def fp8_linear(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor
     apply (no Triton, other dtypes, empty operands)."""
     k = _kernels()
     if k is None or x.dtype not in _ACT_DTYPES or weight.dtype not in _FP8_DTYPES \
-            or weight_scale.dtype != torch.float32 or weight_scale.dim() not in (0, 2) \
+            or weight_scale.dtype != torch.float32 \
+            or (weight_scale.dim() != 2 and weight_scale.numel() != 1) \
             or (bias is not None and bias.dtype != x.dtype) or x.numel() == 0 \
             or weight.numel() == 0 \
             or (block[1] < x.shape[-1] and block[1] % _MIN_BLOCK_K):  # tiles would straddle
         return None
-    if weight_scale.dim() == 0:  # one scale (the op checked block is the weight's shape)
+    if weight_scale.dim() != 2:  # one scale (the op checked block is the weight's shape)
         weight_scale = weight_scale.reshape(1, 1)
     x2, y, y2 = _rows(x, weight.shape[0])
     scale_k = int(block[1]) if block[1] < x.shape[-1] else 0
