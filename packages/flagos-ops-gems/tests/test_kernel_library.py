@@ -96,13 +96,36 @@ def test_in_place_result_is_the_callers_tensor(test_library) -> None:
     assert _calls("aten::mul_.Tensor") == 1
 
 
-def test_kernel_error_leaves_inputs_and_device_usable(test_library) -> None:
+def test_kernel_error_on_a_functional_op_declines_to_the_next_provider(test_library) -> None:
+    """A library kernel raising where ATen computes is a gap of the library: the call runs
+    on the next provider (warned once per op), the inputs untouched."""
     a, b = torch.randn(10), torch.randn(10)
     x, y = a.to("flagos"), b.to("flagos")
     sx, sy = _snapshot(x), _snapshot(y)
-    with pytest.raises(RuntimeError, match=r"aten::add\.Tensor.*alpha 13 is refused"):
-        torch.add(x, y, alpha=13)
+    with pytest.warns(UserWarning, match=r"kernel library raised on aten::add\.Tensor .*"
+                                         r"alpha 13 is refused.*next provider"):
+        got = torch.add(x, y, alpha=13)
+    torch.testing.assert_close(got.cpu(), a + 13 * b)
     assert _unchanged(x, sx) and _unchanged(y, sy)
+    assert _calls("aten::add.Tensor", "boxing") + _calls("aten::add.out", "boxing") >= 1
+    torch.testing.assert_close((x + y).cpu(), a + b)  # the kernel serves other calls
+
+
+def test_out_of_memory_in_a_kernel_reaches_the_caller_as_such(test_library) -> None:
+    x = torch.randn(10).to("flagos")
+    with pytest.raises(torch.OutOfMemoryError, match=r"aten::add\.Tensor.*alpha 17"):
+        torch.add(x, x, alpha=17)
+
+
+def test_kernel_error_on_an_in_place_op_reaches_the_caller(test_library) -> None:
+    """The kernel may have written the caller's tensor before raising: no other provider
+    runs, the error names the op and the library's reason, the device stays usable."""
+    a, b = torch.randn(13), torch.randn(13)
+    x, y = a.to("flagos"), b.to("flagos")
+    sy = _snapshot(y)
+    with pytest.raises(RuntimeError, match=r"aten::mul_\.Tensor.*13 elements are refused"):
+        x.mul_(y)
+    assert _unchanged(y, sy)
     torch.testing.assert_close((x + y).cpu(), a + b)  # the device still works
 
 

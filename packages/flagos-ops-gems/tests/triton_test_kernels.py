@@ -68,6 +68,8 @@ def _kernels():
             return NotImplemented
         if alpha == 13:
             raise ValueError("alpha 13 is refused by the test library")
+        if alpha == 17:
+            raise torch.OutOfMemoryError("the test library ran out of memory (alpha 17)")
         out = torch.empty_like(self)
         note(self, out)
         binary[grid(out.numel())](self, other, out, float(alpha), out.numel(), OP=0, B=BLOCK)
@@ -76,6 +78,8 @@ def _kernels():
     def mul_(self, other):
         if not isinstance(other, torch.Tensor) or not simple(self, other):
             return NotImplemented
+        if self.numel() == 13:
+            raise ValueError("13 elements are refused by the test library")
         note(self)
         binary[grid(self.numel())](self, other, self, 1.0, self.numel(), OP=1, B=BLOCK)
         return self

@@ -14,6 +14,9 @@
 // twin generator for a generator argument) and returns the op's results on the twin, or
 // NotImplemented to decline the call (the next provider of the chain runs; the caller's
 // arguments are untouched). A resolver that returns None declines every call of that op.
+// A kernel that raises on an op that writes none of its arguments and draws no random
+// numbers declines the call too (warned once per op); on other ops, and for out of memory,
+// the error reaches the caller.
 // On a device twin, a call with a tensor argument in host memory (a CPU scalar tensor) is
 // declined before the kernel is asked: the library's device kernels cannot read it.
 #pragma once

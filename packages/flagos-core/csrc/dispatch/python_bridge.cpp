@@ -132,6 +132,14 @@ bool call_on_stack(py::handle fn, Convention convention, const c10::OperatorHand
     }
   } catch (py::error_already_set& e) {
     if (convention == Convention::OP_KERNEL) throw;  // the op's own error, as it is
+    // Out of memory stays torch.OutOfMemoryError (the numbers are in its text).
+    static PyObject* torch_oom = [] {  // kept for the process (never released at exit)
+      return py::object(py::module_::import("torch").attr("OutOfMemoryError")).release().ptr();
+    }();
+    if (e.matches(PyExc_MemoryError) || e.matches(torch_oom)) {
+      std::string text = py::str(e.value()).cast<std::string>();
+      TORCH_CHECK_WITH(OutOfMemoryError, false, "flagos: ", op_full_name(op), ": ", text);
+    }
     // Re-raise as a C++ error carrying the Python message (the type is kept by torch's
     // translation only for builtin errors; the text names the provider's failure).
     // The message is the exception's type and text, without pybind11's traceback dump.
