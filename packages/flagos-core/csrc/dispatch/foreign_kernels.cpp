@@ -1,12 +1,10 @@
 #include "dispatch/foreign_kernels.h"
 
 #include <array>
+#include <atomic>
 #include <map>
 #include <memory>
-#include <mutex>
-#include <set>
 #include <shared_mutex>
-#include <string>
 #include <utility>
 
 #include "aten/alias.h"
@@ -16,12 +14,31 @@
 namespace flagos {
 namespace {
 
+// Whether a kernel's error on `op` declines the call to the next provider: for an op that
+// writes none of its arguments and draws no random numbers, a kernel that raised has left
+// nothing the next provider's run would not replace (its partial results are its own
+// fresh tensors), so the call can still be computed; a library kernel raising on input
+// that ATen computes is a library gap, not the caller's error (and an input that is wrong
+// gets ATen's error from the next provider). In-place, out= and random ops propagate the
+// error: the kernel may have written the caller's tensors or advanced a generator.
+bool declines_on_error(const c10::OperatorHandle& op) {
+  for (const auto& arg : op.schema().arguments()) {
+    if (arg.alias_info() && arg.alias_info()->isWrite()) return false;
+    if (arg.type()->kind() == c10::TypeKind::GeneratorType) return false;
+    auto opt = arg.type()->cast<c10::OptionalType>();
+    if (opt && opt->getElementType()->kind() == c10::TypeKind::GeneratorType) return false;
+  }
+  return true;
+}
+
 // A resolved kernel: the resolver's answer for one op, kept for the process (providers are
 // few and re-registering one makes a new resolver, hence new keys). It holds the resolver,
 // so that no later resolver can be made at the same address and hit this entry.
 struct ResolvedKernel {
   PyObjectRef resolver;
   PyObjectRef kernel;  // empty: the library has no kernel for the op
+  bool declines_on_error = false;
+  mutable std::atomic<bool> warned{false};  // of a call declined on the kernel's error
 };
 
 using Key = std::pair<const void*, const c10::OperatorName*>;
@@ -40,6 +57,7 @@ const ResolvedKernel& resolve_slow(const PyObjectRef& resolver, const c10::Opera
   auto resolved = std::make_unique<ResolvedKernel>();
   resolved->resolver = resolver;
   resolved->kernel = call_kernel_resolver(resolver, op_full_name(op));
+  resolved->declines_on_error = declines_on_error(op);
   std::unique_lock<std::shared_mutex> lock(mutex);
   auto& slot = (*kernels)[key];
   if (!slot) slot = std::move(resolved);
@@ -76,37 +94,6 @@ bool has_host_tensor(const torch::jit::Stack& stack, size_t num_args) {
   return false;
 }
 
-// Whether a kernel's error on `op` declines the call to the next provider: for an op that
-// writes none of its arguments and draws no random numbers, a kernel that raised has left
-// nothing the next provider's run would not replace (its partial results are its own
-// fresh tensors), so the call can still be computed; a library kernel raising on input
-// that ATen computes is a library gap, not the caller's error (and an input that is wrong
-// gets ATen's error from the next provider). In-place, out= and random ops propagate the
-// error: the kernel may have written the caller's tensors or advanced a generator.
-bool declines_on_error(const c10::OperatorHandle& op) {
-  for (const auto& arg : op.schema().arguments()) {
-    if (arg.alias_info() && arg.alias_info()->isWrite()) return false;
-    if (arg.type()->kind() == c10::TypeKind::GeneratorType) return false;
-    auto opt = arg.type()->cast<c10::OptionalType>();
-    if (opt && opt->getElementType()->kind() == c10::TypeKind::GeneratorType) return false;
-  }
-  return true;
-}
-
-// Warns the first time a library kernel's error declines a call of `op`.
-void warn_declined_on_error(const c10::OperatorHandle& op, const char* what) {
-  static std::mutex mutex;
-  static auto* warned = new std::set<std::string>();
-  std::string name = op_full_name(op);
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (!warned->insert(name).second) return;
-  }
-  TORCH_WARN("flagos: a kernel library raised on ", name, " (", what,
-             "); the call ran on the next provider of its route, as will later calls it "
-             "raises on");
-}
-
 }  // namespace
 
 bool run_foreign(const PyObjectRef& resolver, const c10::OperatorHandle& op,
@@ -120,15 +107,17 @@ bool run_foreign(const PyObjectRef& resolver, const c10::OperatorHandle& op,
       has_host_tensor(*stack, op.schema().arguments().size()))
     return false;
   TwinCall call(device, *twin);
-  const bool decline_errors = declines_on_error(op);
   return call.run_with(op, stack, [&](const c10::OperatorHandle& o, torch::jit::Stack* s) {
-    if (!decline_errors) return call_python_kernel(resolved.kernel, o, s);
+    if (!resolved.declines_on_error) return call_python_kernel(resolved.kernel, o, s);
     try {
       return call_python_kernel(resolved.kernel, o, s);
     } catch (const c10::OutOfMemoryError&) {
       throw;
     } catch (const std::exception& e) {
-      warn_declined_on_error(o, e.what());
+      if (!resolved.warned.exchange(true))
+        TORCH_WARN("flagos: a kernel library raised on ", op_full_name(o), " (", e.what(),
+                   "); the call ran on the next provider of its route, as will later calls "
+                   "it raises on");
       return false;  // the stack still holds the call's arguments: run_with restores them
     }
   });

@@ -5,7 +5,6 @@
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/SmallVector.h>
-#include <dlfcn.h>
 #include <torch/library.h>
 
 #include <atomic>
@@ -14,6 +13,8 @@
 #include <memory>
 #include <shared_mutex>
 #include <unordered_map>
+
+#include "dispatch/twin_launchers.h"
 
 namespace flagos {
 namespace {
@@ -109,24 +110,20 @@ struct Param {
 };
 
 struct Launch {
-  uintptr_t function = 0;
-  uint32_t grid[3] = {1, 1, 1};
-  uint32_t block_threads = 0, shared_bytes = 0;
+  CompiledLaunch kernel;
+  PyObjectRef keepalive;
   c10::Device device{c10::kCPU};
   std::vector<Result> results;
   std::vector<Param> params;
-  PyObjectRef keepalive;
 };
 
 // What record_launch was given, resolved into a Launch once the Python kernel returns.
 struct Recorded {
   int launches = 0;
   bool valid = false;  // the one launch fits a kept launch
-  uintptr_t function = 0;
-  uint32_t grid[3] = {1, 1, 1};
-  uint32_t block_threads = 0, shared_bytes = 0;
-  std::vector<LaunchParam> params;
+  CompiledLaunch kernel;
   PyObjectRef keepalive;
+  std::vector<LaunchParam> params;
 };
 thread_local Recorded* recording = nullptr;
 
@@ -138,16 +135,13 @@ struct CachedOp {
   PyObjectRef kernel;
   std::shared_mutex mutex;
   std::unordered_map<Key, std::shared_ptr<const Launch>, KeyHash> launches;
+  std::unique_ptr<torch::Library> library;  // its registration in the op's place
 };
 
 std::mutex registry_mutex;
 std::vector<std::unique_ptr<CachedOp>>& registry() {
   static auto* ops = new std::vector<std::unique_ptr<CachedOp>>();
   return *ops;
-}
-std::vector<std::unique_ptr<torch::Library>>& libraries() {
-  static auto* libs = new std::vector<std::unique_ptr<torch::Library>>();
-  return *libs;
 }
 
 std::atomic<bool> enabled{[] {
@@ -160,10 +154,7 @@ std::atomic<int64_t> n_relaunched{0}, n_python{0}, n_kept{0}, n_unkeyed{0};
 std::optional<Launch> resolve(const Recorded& rec, const std::vector<c10::IValue>& args,
                               const torch::jit::Stack& stack, size_t num_results) {
   Launch l;
-  l.function = rec.function;
-  std::copy(rec.grid, rec.grid + 3, l.grid);
-  l.block_threads = rec.block_threads;
-  l.shared_bytes = rec.shared_bytes;
+  l.kernel = rec.kernel;
   l.keepalive = rec.keepalive;
   std::vector<at::Tensor> results;
   for (size_t i = stack.size() - num_results; i < stack.size(); ++i) {
@@ -209,72 +200,13 @@ std::optional<Launch> resolve(const Recorded& rec, const std::vector<c10::IValue
   return l;
 }
 
-// ---- launchers -------------------------------------------------------------------------
-
-// The CUDA driver, opened only where the process has loaded it already (torch's CUDA).
-struct CudaDriver {
-  using LaunchKernel = int (*)(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                               unsigned by, unsigned bz, unsigned shared, void* stream,
-                               void** params, void** extra);
-  using CtxGetCurrent = int (*)(void** ctx);
-  using GetErrorString = int (*)(int error, const char** text);
-  LaunchKernel launch = nullptr;
-  CtxGetCurrent ctx_get_current = nullptr;
-  GetErrorString error_string = nullptr;
-
-  static const CudaDriver& get() {
-    static const CudaDriver d = [] {
-      CudaDriver d;
-      void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-      if (!lib) return d;
-      d.launch = reinterpret_cast<LaunchKernel>(dlsym(lib, "cuLaunchKernel"));
-      d.ctx_get_current = reinterpret_cast<CtxGetCurrent>(dlsym(lib, "cuCtxGetCurrent"));
-      d.error_string = reinterpret_cast<GetErrorString>(dlsym(lib, "cuGetErrorString"));
-      return d;
-    }();
-    return d;
-  }
-};
-
-using HostFunction = void (*)(const uint32_t* grid, void** params);
-
-// Whether `l` can be launched from this thread now: on CUDA, a context must be current
-// (a thread that has not run CUDA work yet has none; the Python kernel then runs).
-bool can_launch(const Launch& l) {
-  if (l.device.is_cpu()) return true;
-  if (!l.device.is_cuda()) return false;
-  const auto& d = CudaDriver::get();
-  void* ctx = nullptr;
-  return d.launch && d.ctx_get_current && d.ctx_get_current(&ctx) == 0 && ctx;
-}
-
-// Launches `l`; the driver's error (0: launched).
-int launch(const Launch& l, void** params) {
-  if (l.grid[0] == 0 || l.grid[1] == 0 || l.grid[2] == 0) return 0;  // as Triton: no launch
-  if (l.device.is_cpu()) {
-    reinterpret_cast<HostFunction>(l.function)(l.grid, params);
-    return 0;
-  }
-  const auto* impl = c10::impl::getDeviceGuardImpl(l.device.type());
-  void* stream = impl->getStreamNativeHandle(impl->getStream(l.device));
-  return CudaDriver::get().launch(reinterpret_cast<void*>(l.function), l.grid[0], l.grid[1],
-                                  l.grid[2], l.block_threads, 1, 1, l.shared_bytes, stream,
-                                  params, nullptr);
-}
-
-std::string driver_error(int st) {
-  const char* text = "unknown error";
-  if (const auto& d = CudaDriver::get(); d.error_string) d.error_string(st, &text);
-  return std::to_string(st) + ", " + text;
-}
-
 enum class Relaunch { kDone, kNotNow, kFailed };
 
 // Runs the kept launch for the call at the top of `stack`: results made, kernel launched,
 // arguments replaced by the results. Otherwise the stack is untouched: kNotNow where it
 // cannot run now, kFailed (with the driver's error in `error`) where the launch failed.
 Relaunch relaunch(const Launch& l, torch::jit::Stack* stack, size_t num_args, std::string& error) {
-  if (!can_launch(l) || l.params.size() > kMaxParams) return Relaunch::kNotNow;
+  if (!twin_can_launch(l.device) || l.params.size() > kMaxParams) return Relaunch::kNotNow;
   c10::DeviceGuard guard(l.device);
   std::vector<at::Tensor> results;
   results.reserve(l.results.size());
@@ -301,10 +233,8 @@ Relaunch relaunch(const Launch& l, torch::jit::Stack* stack, size_t num_args, st
     }
     ptrs[i] = &values[i];
   }
-  if (int st = launch(l, ptrs); st != 0) {
-    error = driver_error(st);
-    return Relaunch::kFailed;
-  }
+  error = twin_launch(l.kernel, l.device, ptrs);
+  if (!error.empty()) return Relaunch::kFailed;
   torch::jit::drop(*stack, num_args);
   for (auto& r : results) stack->emplace_back(std::move(r));
   return Relaunch::kDone;
@@ -420,10 +350,9 @@ void register_launch_cached_op(const std::string& op, const std::string& dispatc
   registry().push_back(std::make_unique<CachedOp>(handle, key, kernel));
   CachedOp* entry = registry().back().get();
   auto ns = name.substr(0, name.find("::"));
-  auto lib = std::make_unique<torch::Library>(torch::Library::IMPL, ns, key, __FILE__, __LINE__);
-  lib->impl(op.substr(op.find("::") + 2).c_str(),
-            torch::CppFunction::makeFromBoxedFunctor(std::make_unique<CachedKernel>(entry)));
-  libraries().push_back(std::move(lib));
+  entry->library = std::make_unique<torch::Library>(torch::Library::IMPL, ns, key, __FILE__, __LINE__);
+  entry->library->impl(op.substr(op.find("::") + 2).c_str(),
+                       torch::CppFunction::makeFromBoxedFunctor(std::make_unique<CachedKernel>(entry)));
 }
 
 bool record_launch(uintptr_t function, const std::vector<uint32_t>& grid, uint32_t block_threads,
@@ -436,10 +365,10 @@ bool record_launch(uintptr_t function, const std::vector<uint32_t>& grid, uint32
     return true;
   }
   rec->valid = true;
-  rec->function = function;
-  std::copy(grid.begin(), grid.end(), rec->grid);
-  rec->block_threads = block_threads;
-  rec->shared_bytes = shared_bytes;
+  rec->kernel.function = function;
+  std::copy(grid.begin(), grid.end(), rec->kernel.grid);
+  rec->kernel.block_threads = block_threads;
+  rec->kernel.shared_bytes = shared_bytes;
   rec->params = std::move(params);
   rec->keepalive = keepalive;
   return true;
