@@ -1,9 +1,9 @@
-"""A fault-injection sweep through the whole stack, on the sim HAL.
+"""A fault-injection sweep through the whole stack, on any HAL built on the HAL kit.
 
 Two workloads run on flagos:0 once per injection point: a training step (forward,
 backward, optimizer step, the loss copied to the host, empty_cache) and an inference step
-with a side stream and events. An injection point is a HAL call kind of the sim's fault
-injection (docs/hal/sim.md) at its k-th call within that workload, k = 1..N (or as many
+with a side stream and events. An injection point is a HAL call kind of the kit's fault
+injection (docs/hal/kit.md: sim, cuda, a vendor's HAL) at its k-th call within that workload, k = 1..N (or as many
 calls as the workload makes). At every point:
 
 - the failure reaches Python as an exception naming the HAL call and carrying the HAL's own
@@ -20,6 +20,7 @@ Run as a script for the longer, benchmark-style sweep; ``test_fault_sweep.py`` r
 sized one. Opaque memory needs ``FLAGOS_NO_HOST_ALIAS=1`` in the environment (read at load).
 
     python integration_tests/fault_sweep.py --first 20 --json faults.json
+    python integration_tests/fault_sweep.py --hal cuda --first 3 --json faults-cuda.json
 """
 
 from __future__ import annotations
@@ -40,26 +41,35 @@ from pathlib import Path
 
 import flagos_hal
 import torch
-from flagos_hal.sim_control import SimControl
+from flagos_hal.fault_control import FaultControl
 
 DEV = torch.device("flagos", 0)
 # Enough steps to fill the stream pool (4 HAL streams per priority, created on first use)
 # before the baseline, so the pool's streams are not counted as leaked. stream_create is
 # then never called in a step; test_fault_sweep.py fails it where the pool creates one.
 WARMUP_STEPS = 5
-WATCHDOG_S = 60.0  # one injection point (a workload runs well under a second on sim)
-INJECTED = "injected fault (FLAGOS_SIM_FAULT)"
+WATCHDOG_S = 60.0  # one injection point (a workload runs well under a second)
 # The HAL calls each fault kind fails (its message names the call that failed).
 CALLS = {"memcpy": ("memcpy", "memcpy_async"), "memset": ("memset", "memset_async"),
          "malloc_twice": ("malloc",)}
-# Not a sim kind: an allocation and its retry fail (malloc:k and malloc:k+1).
+# Not a kit kind: an allocation and its retry fail (malloc:k and malloc:k+1).
 TWICE = "malloc_twice"
 
 
-def control() -> SimControl:
-    """The test control of the sim library flagos loaded (the same library file)."""
-    spec = next(s for s in flagos_hal.discover() if s.name == "sim")
-    return SimControl(flagos_hal.load(spec.path))
+def hal_name() -> str:
+    """The HAL of flagos:0, the device the sweep runs on."""
+    return torch.flagos.get_device_properties(DEV).hal
+
+
+def injected() -> str:
+    """The text the kit puts in an injected fault's message."""
+    return f"injected fault (FLAGOS_{hal_name().upper()}_FAULT)"
+
+
+def control() -> FaultControl:
+    """The test control of the HAL library flagos loaded for flagos:0 (the same file);
+    ValueError when that HAL is not built on the kit."""
+    return FaultControl(flagos_hal.load(torch.flagos.get_device_properties(DEV).hal_path))
 
 
 # ---- workloads ---------------------------------------------------------------------------
@@ -208,7 +218,7 @@ class Baseline:
     live: tuple[int, int]
 
     @staticmethod
-    def now(ctl: SimControl) -> Baseline:
+    def now(ctl: FaultControl) -> Baseline:
         _settle()
         return Baseline(torch.flagos.memory_allocated(DEV), torch.flagos.memory_reserved(DEV),
                         torch.flagos.mem_get_info(DEV)[0], ctl.live())
@@ -228,9 +238,9 @@ def _check_message(p: Point, err: BaseException) -> None:
     msg = str(err)
     p.message = msg.splitlines()[0][:300] if msg else type(err).__name__
     calls = CALLS.get(p.kind, (p.kind,))
-    if not any(f"{c}: {INJECTED}" in msg for c in calls):
+    if not any(f"{c}: {injected()}" in msg for c in calls):
         p.problems.append(f"the message does not carry the HAL's error text: {p.message}")
-    if "HAL 'sim'" not in msg:
+    if f"HAL '{hal_name()}'" not in msg:
         p.problems.append(f"the message does not name the HAL: {p.message}")
     status = "out of memory" if p.kind in ("malloc", "host_malloc", TWICE) else "device fault"
     if status not in msg:
@@ -269,7 +279,7 @@ def _check_usable(p: Point, workload: str, ref_out: dict[str, torch.Tensor],
         _drop_traceback(e)
 
 
-def run_point(ctl: SimControl, workload: str, kind: str, call: int, base: Baseline,
+def run_point(ctl: FaultControl, workload: str, kind: str, call: int, base: Baseline,
               ref: tuple[dict[str, torch.Tensor], list[torch.Tensor]]) -> Point:
     """Fail call `call` of `kind` inside one step of `workload` and check the aftermath."""
     p = Point(workload, kind, call)
@@ -349,7 +359,7 @@ def run_point(ctl: SimControl, workload: str, kind: str, call: int, base: Baseli
 
 # ---- the sweep ---------------------------------------------------------------------------
 
-def calls_per_step(ctl: SimControl, workload: str) -> dict[str, int]:
+def calls_per_step(ctl: FaultControl, workload: str) -> dict[str, int]:
     """How many calls of each kind one step of `workload` makes (faults off), from the
     state every injection point starts in (caches emptied)."""
     _settle()
@@ -386,7 +396,7 @@ def sweep(first: int, workloads: list[str], kinds: list[str] | None = None,
                     print(f"{workload} {kind}:{call}", file=sys.stderr, flush=True)
                 points.append(run_point(ctl, workload, kind, call, base, ref))
     return {"mode": "opaque" if os.environ.get("FLAGOS_NO_HOST_ALIAS") == "1" else "host",
-            "first": first, "calls_per_step": counts,
+            "first": first, "calls_per_step": counts, "machine": machine(hal_name()),
             "points": [asdict(p) | {"survived": p.survived} for p in points],
             "seconds": time.monotonic() - start}
 
@@ -404,8 +414,12 @@ def summary_rows(results: list[dict]) -> list[list]:
     return rows
 
 
-def machine() -> str:
-    """The CPU model (the sim HAL runs on it), else the architecture."""
+def machine(hal: str = "sim") -> str:
+    """The device's name on a HAL of a real chip; the CPU model on sim (it runs on the
+    CPU), else the architecture."""
+    if hal != "sim":
+        props = torch.flagos.get_device_properties(DEV)
+        return props.name
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -425,11 +439,12 @@ def git_commit() -> str:
 
 
 def run_mode(first: int, opaque: bool, workloads: list[str] | None = None,
-             kinds: list[str] | None = None) -> dict:
-    """The sweep in a process of its own, on host-addressable or opaque memory."""
-    env = dict(os.environ, FLAGOS_HAL="sim")
+             kinds: list[str] | None = None, hal: str = "sim") -> dict:
+    """The sweep in a process of its own on HAL `hal`, on host-addressable or opaque
+    memory."""
+    env = dict(os.environ, FLAGOS_HAL=hal)
     env.pop("FLAGOS_NO_HOST_ALIAS", None)
-    env.pop("FLAGOS_SIM_FAULT", None)
+    env.pop(f"FLAGOS_{hal.upper()}_FAULT", None)
     if opaque:
         env["FLAGOS_NO_HOST_ALIAS"] = "1"
     cmd = [sys.executable, __file__, "--one-mode", "--first", str(first),
@@ -451,6 +466,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS))
     ap.add_argument("--kinds", nargs="+", default=None, help="fault kinds (default: all)")
     ap.add_argument("--json", type=Path, help="write the benchmark JSON here")
+    ap.add_argument("--hal", default=os.environ.get("FLAGOS_HAL", "sim"),
+                    help="the HAL to sweep (a HAL built on the kit; default: FLAGOS_HAL, else sim)")
+    ap.add_argument("--memory", nargs="+", choices=["host", "opaque"], default=["host", "opaque"],
+                    help="host-addressable memory, opaque memory (FLAGOS_NO_HOST_ALIAS=1)")
     ap.add_argument("--verbose", action="store_true", help="name each point as it runs")
     ap.add_argument("--one-mode", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -458,7 +477,8 @@ def main(argv: list[str] | None = None) -> int:
         result = sweep(args.first, args.workloads, args.kinds, args.verbose)
         print("FAULT-SWEEP-RESULT " + json.dumps(result), flush=True)
         return 0
-    results = [run_mode(args.first, opaque, args.workloads, args.kinds) for opaque in (False, True)]
+    results = [run_mode(args.first, mode == "opaque", args.workloads, args.kinds, args.hal)
+               for mode in args.memory]
     rows = summary_rows(results)
     failed = [(r["mode"], p) for r in results for p in r["points"] if not p["survived"]]
     tried = sum(len(r["points"]) for r in results)
@@ -468,11 +488,13 @@ def main(argv: list[str] | None = None) -> int:
     for mode, p in failed:
         print(f"FAILED {mode} {p['workload']} {p['kind']}:{p['call']}: {'; '.join(p['problems'])}")
     if args.json:
-        cmd = "python integration_tests/fault_sweep.py --first " + str(args.first)
+        cmd = f"python integration_tests/fault_sweep.py --hal {args.hal} --first {args.first}"
+        if args.memory != ["host", "opaque"]:
+            cmd += " --memory " + " ".join(args.memory)
         doc = {"benchmark": "fault_sweep",
                "title": "Fault-injection sweep: HAL call failures under a training and an "
-                        "inference step, sim HAL",
-               "machine": machine(),
+                        f"inference step, {args.hal} HAL",
+               "machine": results[0]["machine"],
                "torch": torch.__version__, "commit": git_commit(), "command": cmd,
                "columns": ["memory", "workload", "fault kind", "calls per step",
                            "points tried", "survived", "outcomes"],

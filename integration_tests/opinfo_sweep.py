@@ -9,7 +9,9 @@ run on both with the route forced to one provider (``flagos.routing.override({"d
 - backward (``op.supports_autograd``, floating dtype): gradients w.r.t. every input that
   requires grad, for the same random output gradients;
 - ``out=`` (``op.supports_out``): into empty flagos tensors, which the op must resize;
-- in-place (``op.inplace_variant``): the mutated input.
+- in-place (``op.inplace_variant``): the mutated input;
+- every call: PyTorch's deprecation warning for an out tensor of the wrong shape that a
+  kernel resized is an error (no route may hand a kernel such an out tensor).
 
 ``--layouts noncontiguous,channels_last`` runs each sample again with its tensors laid out
 otherwise, the flagos copies with exactly the CPU tensors' strides: ``noncontiguous``
@@ -56,6 +58,7 @@ import subprocess
 import sys
 import time
 import traceback
+import warnings
 from collections import Counter
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -278,6 +281,12 @@ def _compare(actual, expected, dtype_name: str, scale: float = 1.0, shape_only=F
                                equal_nan=True, check_device=False, check_stride=False)
 
 
+# PyTorch's warning for a kernel that resizes an out tensor which has elements: an error
+# here, so that no route hands a kernel an out tensor of the wrong shape. The CPU run
+# raises it too when the sample itself passes such a tensor (the sample is then not run).
+RESIZED_OUT = "An output with one or more elements was resized"
+
+
 def _call(fn, sample, seed):
     import torch
 
@@ -286,7 +295,15 @@ def _call(fn, sample, seed):
     # directly so that both runs draw the same numbers either way.
     if _DEV[0] == "flagos":
         torch.flagos.manual_seed_all(seed)
-    return fn(sample[0], *sample[1], **sample[2])
+    with _resized_out_is_error():
+        return fn(sample[0], *sample[1], **sample[2])
+
+
+@contextlib.contextmanager
+def _resized_out_is_error():
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=RESIZED_OUT)
+        yield
 
 
 # Ops whose results are uninitialized memory: only dtypes and shapes are comparable.
@@ -491,8 +508,9 @@ def _run_sample(op, sample, fl_sample, dtype, res: Result, seed: int) -> None:
                     if len(fl_outs) != len(cpu_outs):
                         raise _Mismatch(f"{len(fl_outs)} differentiable outputs, expected "
                                         f"{len(cpu_outs)}")
-                    fl_g = torch.autograd.grad(fl_outs, fl_in, [x.to(_DEV[0]) for x in grads],
-                                               allow_unused=True)
+                    with _resized_out_is_error():
+                        fl_g = torch.autograd.grad(fl_outs, fl_in, [x.to(_DEV[0]) for x in grads],
+                                                   allow_unused=True)
                     if not shape_only:
                         _compare(list(fl_g), list(cpu_g), dname, scale=10.0)
                     else:

@@ -2,8 +2,8 @@
 # Builds flagos against the GPU machine's own torch and runs the CUDA checks, logging under
 # $OUT (the device tool's output folder). Wheels the machine lacks are carried in .whl/
 # (tools/fetch_gpu_wheels.sh fetches them; name .whl in the run's carry).
-# Usage: tools/gpu_check.sh STEP...   steps: build conformance demo bench model sweep tests
-#        nox compile dist profile gems gems-tests gems-bench gems-model gems-sweep zoo zoo-gems native
+# Usage: tools/gpu_check.sh STEP...   steps: build conformance demo bench model sweep tests routes
+#        cuda-faults nox compile dist profile gems gems-tests gems-bench gems-model gems-sweep zoo zoo-gems native
 #        tune tune-tests quant quant-sweep mxfp4 faults
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -48,8 +48,31 @@ for s in "$@"; do
              --max-samples 3 --jobs 14 --json "$OUT/sweep-cuda.json" > "$OUT/sweep.log" 2>&1; tail -40 "$OUT/sweep.log" ;;
     nox) step nox; PIP_NO_INDEX=1 PIP_FIND_LINKS="$PWD/.whl" timeout 580 python3 -m nox -s "tests(hw='cuda')" \
              2>&1 | tee "$OUT/nox.log" | tail -40 ;;
-    tests) step tests; FLAGOS_HAL=cuda FLAGOS_TEST_HW=cuda timeout 540 python3 -m pytest -q -x -p no:cacheprovider \
-             --import-mode=importlib --durations=10 packages/*/tests integration_tests 2>&1 | tee "$OUT/tests.log" | tail -40 ;;
+    # The cuda suite: every test folder on the cuda HAL (one pytest each, as the noxfile
+    # runs them), SUITE_JOBS folders at a time, each within SUITE_TIMEOUT s; JUnit files and
+    # logs in $OUT/cuda-suite.tgz, the table in $OUT/cuda-suite.json (docs/benchmarks.md).
+    tests) step tests; J=/tmp/cuda-suite; rm -rf $J; mkdir -p $J
+      run_folder() {
+        local f=$1 n; n=$(basename "$(dirname "$f")"); [[ $f == integration_tests ]] && n=integration_tests
+        FLAGOS_HAL=cuda FLAGOS_TEST_HW=cuda HF_HUB_OFFLINE=1 timeout -k 10 ${SUITE_TIMEOUT:-500} \
+          python3 -X faulthandler -m pytest -q -p no:cacheprovider --durations=10 \
+          -o faulthandler_timeout=$(( ${SUITE_TIMEOUT:-500} - 20 )) --junitxml=$J/$n.xml "$f" > $J/$n.log 2>&1
+        echo $? > $J/$n.rc; echo "$n: exit $(cat $J/$n.rc), $(tail -1 $J/$n.log)"
+      }
+      folders=(packages/*/tests integration_tests); running=0
+      for f in "${folders[@]}"; do
+        run_folder "$f" & running=$((running + 1))
+        if (( running >= ${SUITE_JOBS:-9} )); then wait -n; running=$((running - 1)); fi
+      done
+      wait
+      python3 tools/suite_report.py --junit-dir $J --hal cuda --machine "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" \
+        --command "tools/gpu_check.sh build native tests" --json "$OUT/cuda-suite.json" | tee "$OUT/cuda-suite.log"
+      tar czf "$OUT/cuda-suite.tgz" -C $J . ;;
+    # The route sweep and the fault sweep on the cuda HAL (benchmark-style JSON for the docs).
+    routes) step routes; (cd integration_tests && FLAGOS_HAL=cuda timeout 500 python3 route_sweep.py --memory host \
+             --jobs 6 --json "$OUT/route-sweep-cuda.json" 2>&1 | tee "$OUT/routes.log" | tail -30) ;;
+    cuda-faults) step cuda-faults; FLAGOS_HAL=cuda timeout 500 python3 integration_tests/fault_sweep.py --hal cuda \
+             --first ${FAULT_FIRST:-3} --json "$OUT/fault-sweep-cuda.json" 2>&1 | tee "$OUT/cuda-faults.log" | tail -12 ;;
     zoo) step zoo; FLAGOS_HAL=cuda FLAGOS_TEST_HW=cuda HF_HUB_OFFLINE=1 FLAGOS_ZOO_RESULTS="$OUT/zoo-cuda.json" \
            timeout 540 python3 -m pytest -q -p no:cacheprovider --durations=10 integration_tests/models \
            2>&1 | tee "$OUT/zoo.log" | tail -40

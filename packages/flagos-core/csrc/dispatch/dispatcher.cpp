@@ -389,11 +389,14 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
 // backend receives for convolution), or decomposes where every provider has a fused kernel
 // (native_layer_norm: the math version goes through batch_norm, with other rounding;
 // native_group_norm: the math version views its input as (1, N * groups, -1), which fails
-// for the channels_last input that group_norm hands PrivateUse1, as it hands the CPU):
-// route them like every other op.
+// for the channels_last input that group_norm hands PrivateUse1, as it hands the CPU), or
+// whose generated functional kernel hands the .out overload a result of the reduced shape
+// that the CPU and CUDA out kernels then resize from the elementwise shape, which PyTorch
+// deprecates (mse_loss, smooth_l1_loss with a reduction): route them like every other op.
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   for (const char* name : {"mode.values", "convolution_overrideable",
-                           "convolution_backward_overrideable", "native_group_norm"}) {
+                           "convolution_backward_overrideable", "native_group_norm",
+                           "mse_loss", "smooth_l1_loss"}) {
     note_routed_kernel_op(name);
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&run_routed>());
   }

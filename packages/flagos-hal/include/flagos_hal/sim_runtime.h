@@ -21,27 +21,15 @@
 #include <stdint.h>
 
 #include "flagos_hal/flagos_hal.h"
+#include "flagos_hal/test_control.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* The simulator's test control (docs/hal/sim.md, "Fault injection"). */
-typedef struct flagos_hal_sim_control {
-  uint32_t struct_size; /* sizeof(flagos_hal_sim_control_t) the HAL was built with */
-  /* Replace every armed fault with `spec`, FLAGOS_SIM_FAULT's syntax (KIND:N,...), where N
-   * counts the calls of KIND from this call on (KIND:1 fails the next one). "" or NULL
-   * disarms. A bad spec returns INVALID_VALUE (the last error message says why) and
-   * changes nothing. From the first call on, every call of every kind is counted. */
-  flagos_status_t (*arm)(const char* spec);
-  /* The calls counted for KIND (since library load when FLAGOS_SIM_FAULT was set, else
-   * since the first arm); INVALID_VALUE for an unknown kind. */
-  flagos_status_t (*calls)(const char* kind, uint64_t* count);
-  /* The fault kinds, comma-separated ("malloc,host_malloc,..."). */
-  const char* kinds;
-  /* Streams (default streams included) and events created and not yet destroyed. */
-  flagos_status_t (*live)(uint64_t* streams, uint64_t* events);
-} flagos_hal_sim_control_t;
+/* The simulator's test control: the kit's (flagos_hal/test_control.h), also reachable
+ * through every sim stream. */
+typedef flagos_hal_test_control_t flagos_hal_sim_control_t;
 
 typedef struct flagos_hal_sim_stream {
   uint32_t struct_size;  /* sizeof(flagos_hal_sim_stream_t) the HAL was built with */

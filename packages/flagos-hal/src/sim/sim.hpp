@@ -28,16 +28,14 @@ namespace flagos_sim {
 namespace kit = flagos_hal::kit;
 using kit::Status;
 
-// ---- configuration and fault injection (device.cpp) -------------------------------
+// ---- configuration and the test control (device.cpp) -----------------------------
 struct Config {
   int devices = 2;                    // FLAGOS_SIM_DEVICES
   size_t capacity = size_t(4) << 30;  // FLAGOS_SIM_MEMORY, bytes per device
 };
 const Config& config();
-// The test control every runtime stream carries (sim_runtime.h), and the live objects it
-// counts (changed by stream.cpp).
+// The test control every runtime stream carries (sim_runtime.h): the kit's.
 const flagos_hal_sim_control_t* test_control();
-extern std::atomic<uint64_t> g_live_streams, g_live_events;
 
 // ---- streams and events (stream.cpp) ----------------------------------------------
 using Task = std::function<void()>;
@@ -112,8 +110,6 @@ struct Sim : kit::VendorDefaults {
   using Graph = SimGraph;
 
   FLAGOS_HAL_KIT_RUNTIME_CALLS()
-  // optional: the fault injection point (device.cpp)
-  static Status intercept(kit::Op op);
   // the graph runtime (kit/graph.hpp)
   static const char* graph_formats();
   static Status graph_load(Graph& g, const char* format, const void* artifact, size_t size);

@@ -114,7 +114,6 @@ Status Sim::stream_create(Stream& s) {
   s.runtime = {sizeof(flagos_hal_sim_stream_t), kit::Hal<Sim>::handle(s), &launch_host_func,
                test_control()};
   s.worker = std::thread([&s] { s.run(); });
-  ++g_live_streams;
   return FLAGOS_SUCCESS;
 }
 
@@ -127,7 +126,6 @@ Status Sim::stream_destroy(Stream& s) {
                      "function); destroy the stream from another thread once its work is done");
   }
   s.stop();  // the worker drains the queue first
-  --g_live_streams;
   return FLAGOS_SUCCESS;
 }
 
@@ -149,15 +147,9 @@ Status Sim::stream_wait_event(Stream& s, Event& e) {
 void* Sim::stream_native_handle(Stream& s) { return &s.runtime; }
 
 // ---- events --------------------------------------------------------------------------
-Status Sim::event_create(Event&) {
-  ++g_live_events;
-  return FLAGOS_SUCCESS;
-}
+Status Sim::event_create(Event&) { return FLAGOS_SUCCESS; }
 
-Status Sim::event_destroy(Event&) {  // captures live in the queues
-  --g_live_events;
-  return FLAGOS_SUCCESS;
-}
+Status Sim::event_destroy(Event&) { return FLAGOS_SUCCESS; }  // captures live in the queues
 
 Status Sim::event_record(Event& e, Stream& s) {
   auto cap = std::make_shared<Capture>();

@@ -19,9 +19,11 @@ from flagos_compile.offload.backend import (
     OffloadError,
     RegionReport,
     offload_backend,
+    unavailable_reason,
 )
 
-__all__ = ["GraphReport", "OffloadBackend", "OffloadError", "RegionReport", "explain", "offload_backend"]
+__all__ = ["GraphReport", "OffloadBackend", "OffloadError", "RegionReport", "explain", "offload_backend",
+           "unavailable_reason"]
 
 
 def explain(backend: OffloadBackend | None = None) -> str:

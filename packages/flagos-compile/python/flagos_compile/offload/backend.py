@@ -82,6 +82,36 @@ def _flagos_device(example_inputs: Sequence[Any]) -> int | None:
     return None
 
 
+def _graph_target(device: int) -> tuple[Any, str] | str:
+    """The graph compiler and artifact format for flagos:`device`, or why there is none."""
+    import flagos
+
+    props = flagos._C._device_properties(device)
+    hal_formats = flagos._C._graph_formats(device)
+    if not hal_formats:
+        abi = next((h["abi_version"] for h in flagos._C._hal_info() if h["path"] == props["hal_path"]), "?")
+        return (f"the HAL '{props['hal']}' (ABI {abi}) has no graph runtime: its chip runs ops, "
+                "not compiled graphs")
+    from flagos_hal.graph_compiler import find
+    compiler = find(props["hal"])
+    if compiler is None:
+        return (f"no graph compiler is installed for HAL '{props['hal']}' (entry point group "
+                "flagos.graph_compiler)")
+    fmt = next((f for f in compiler.formats if f in hal_formats), None)
+    if fmt is None:
+        return (f"{compiler.name} writes {', '.join(compiler.formats)}; the HAL '{props['hal']}' "
+                f"loads {', '.join(hal_formats)}: no format in common")
+    return exporter_missing() or (compiler, fmt)
+
+
+def unavailable_reason(device: int = 0) -> str | None:
+    """Why graphs cannot be offloaded to flagos:`device` (no graph runtime in its HAL, no
+    graph compiler installed for it, no artifact format in common, no ONNX exporter), or
+    None when they can. Every compiled graph on such a device runs eagerly."""
+    target = _graph_target(device)
+    return target if isinstance(target, str) else None
+
+
 def _is_weight(node: torch.fx.Node, value: Any) -> bool:
     """A Dynamo graph input that is a module's parameter or buffer."""
     if isinstance(value, torch.nn.Parameter):
@@ -163,28 +193,12 @@ class OffloadBackend:
             return gm.forward
         props = flagos._C._device_properties(device)
         report.device, report.hal = f"flagos:{device}", props["hal"]
-        hal_formats = flagos._C._graph_formats(device)
-        if not hal_formats:
-            abi = next((h["abi_version"] for h in flagos._C._hal_info() if h["path"] == props["hal_path"]), "?")
-            self._give_up(report, f"the HAL '{props['hal']}' (ABI {abi}) has no graph runtime: its "
-                                  "chip runs ops, not compiled graphs")
+        target = _graph_target(device)
+        if isinstance(target, str):
+            self._give_up(report, target)
             return gm.forward
-        from flagos_hal.graph_compiler import find
-        compiler = find(props["hal"])
-        if compiler is None:
-            self._give_up(report, f"no graph compiler is installed for HAL '{props['hal']}' (entry "
-                                  "point group flagos.graph_compiler)")
-            return gm.forward
+        compiler, fmt = target
         report.compiler = f"{compiler.name} {compiler.version}"
-        fmt = next((f for f in compiler.formats if f in hal_formats), None)
-        if fmt is None:
-            self._give_up(report, f"{compiler.name} writes {', '.join(compiler.formats)}; the HAL "
-                                  f"'{props['hal']}' loads {', '.join(hal_formats)}: no format in common")
-            return gm.forward
-        missing = exporter_missing()
-        if missing:
-            self._give_up(report, missing)
-            return gm.forward
         if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad
                                            for x in example_inputs):
             self._give_up(report, "gradients are enabled: offload is for inference (run under "

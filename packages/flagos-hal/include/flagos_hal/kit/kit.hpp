@@ -19,7 +19,10 @@
 //    complete, elapsed-time rules, priority clamping;
 //  - opening the runtime once, reporting zero devices (with the reason) when it is absent,
 //    refusing a forked child of an initialized parent when the runtime cannot survive fork;
-//  - an interception point before each runtime call, where a simulator injects faults.
+//  - fault injection before each runtime call (faults.hpp: FLAGOS_<NAME>_FAULT, and at run
+//    time through the test control, flagos_hal/test_control.h), then an interception
+//    point of the vendor's;
+//  - the count of live streams and events (the test control's leak check).
 //
 // Header-only: it compiles into the HAL, adds no run-time dependency, and changes nothing
 // in the ABI; a HAL written without it is just as valid.
@@ -63,9 +66,11 @@
 
 #include "flagos_hal/flagos_hal.h"
 #include "flagos_hal/kit/errors.hpp"
+#include "flagos_hal/kit/faults.hpp"
 #include "flagos_hal/kit/graph.hpp"
 #include "flagos_hal/kit/registry.hpp"
 #include "flagos_hal/status_text.h"
+#include "flagos_hal/test_control.h"
 
 // The runtime calls a vendor class defines, declared inside it (after its Stream and Event
 // types). The kit has checked the arguments before each call: devices are in range,
@@ -143,25 +148,6 @@ struct VendorDefaults {
   // runtimes cannot be used across fork()).
   static constexpr bool kRefuseAfterFork = false;
 };
-
-// The calls the kit lets a vendor intercept (V::intercept), after the arguments were
-// checked and before the runtime is called.
-enum class Op {
-  kMalloc, kFree, kHostMalloc, kHostFree, kMemcpy, kMemcpyAsync, kMemset, kMemsetAsync,
-  kDeviceSynchronize, kStreamCreate, kStreamDestroy, kStreamQuery, kStreamSynchronize,
-  kStreamWaitEvent, kEventRecord, kEventQuery, kEventSynchronize, kEventElapsedTime, kCount
-};
-
-// The ABI name of an interceptable call ("malloc", "stream_synchronize", ...).
-inline const char* op_name(Op op) {
-  static const char* const names[] = {
-      "malloc", "free", "host_malloc", "host_free", "memcpy", "memcpy_async", "memset",
-      "memset_async", "device_synchronize", "stream_create", "stream_destroy", "stream_query",
-      "stream_synchronize", "stream_wait_event", "event_record", "event_query",
-      "event_synchronize", "event_elapsed_time"};
-  static_assert(sizeof names / sizeof names[0] == static_cast<size_t>(Op::kCount), "op names");
-  return names[static_cast<size_t>(op)];
-}
 
 namespace detail {
 #define FLAGOS_KIT_DETECT(trait, expr)                                            \
@@ -260,6 +246,7 @@ class Hal {
     HandleRegistry<Event> events;
     std::mutex defaults_mu;
     std::unique_ptr<std::atomic<Stream*>[]> defaults;  // per device, created on first use
+    std::atomic<uint64_t> live_streams{0}, live_events{0};  // the test control's leak check
     std::mutex priority_mu;
     std::atomic<bool> priority_known{false};
     int least = 0, greatest = 0;
@@ -330,8 +317,13 @@ class Hal {
     else return FLAGOS_SUCCESS;
   }
   static Status intercept(Op op) {
+    FLAGOS_KIT_TRY(faults().check(op));
     if constexpr (detail::HasIntercept<V>::value) return V::intercept(op);
     else return FLAGOS_SUCCESS;
+  }
+  static FaultInjector& faults() {
+    static FaultInjector* f = new FaultInjector(V::kName);  // never destroyed: calls may come during exit
+    return *f;
   }
   static Status bad_stream(const char* fn) {
     return fail(FLAGOS_ERROR_INVALID_HANDLE, "%s: unknown or destroyed stream", fn);
@@ -381,6 +373,7 @@ class Hal {
     obj->is_default = true;
     FLAGOS_KIT_TRY(V::stream_create(*obj));
     s.streams.add(obj);  // the registry keeps it for the process lifetime
+    ++s.live_streams;
     s.defaults[device].store(obj.get(), std::memory_order_release);
     *out = obj.get();
     return FLAGOS_SUCCESS;
@@ -685,6 +678,7 @@ class Hal {
     FLAGOS_KIT_TRY(activate(device));
     FLAGOS_KIT_TRY(V::stream_create(*obj));
     state().streams.add(obj);
+    ++state().live_streams;
     *stream = handle_of(obj.get());
     return FLAGOS_SUCCESS;
   }
@@ -720,6 +714,7 @@ class Hal {
     // object (and whatever the vendor's stream owns, a worker thread say) is not dropped
     // without the vendor's stream_destroy having run.
     if (st != FLAGOS_SUCCESS) state().streams.add(s);
+    else --state().live_streams;
     return st;
   }
   static Status stream_query(flagos_stream_t stream) {
@@ -774,6 +769,7 @@ class Hal {
     obj->flags = flags;
     FLAGOS_KIT_TRY(V::event_create(*obj));
     state().events.add(obj);
+    ++state().live_events;
     *event = handle_of(obj.get());
     return FLAGOS_SUCCESS;
   }
@@ -782,6 +778,7 @@ class Hal {
     bool found = false;
     std::shared_ptr<Event> e = state().events.remove_if(event, [](const Event&) { return true; }, &found);
     if (!e) return bad_event("event_destroy");
+    --state().live_events;
     return V::event_destroy(*e);  // pending captures still complete
   }
   static Status event_record(flagos_event_t event, flagos_stream_t stream) {
@@ -890,6 +887,26 @@ class Hal {
   }
 
  public:
+  // flagos_hal_kit_test_control of this HAL (see FLAGOS_HAL_KIT_ENTRY, test_control.h).
+  static const flagos_hal_test_control_t* test_control() {
+    static const flagos_hal_test_control_t control = {
+        sizeof(flagos_hal_test_control_t), detail::Guarded<&control_arm>::call,
+        detail::Guarded<&control_calls>::call, faults().kind_list(),
+        detail::Guarded<&control_live>::call};
+    return &control;
+  }
+
+ private:
+  static Status control_arm(const char* spec) { return faults().arm(spec); }
+  static Status control_calls(const char* kind, uint64_t* count) { return faults().calls(kind, count); }
+  static Status control_live(uint64_t* streams, uint64_t* events) {
+    if (!streams || !events) return fail(FLAGOS_ERROR_INVALID_VALUE, "live: NULL output");
+    *streams = state().live_streams.load();
+    *events = state().live_events.load();
+    return FLAGOS_SUCCESS;
+  }
+
+ public:
   // flagos_hal_get_table of this HAL (see FLAGOS_HAL_KIT_ENTRY).
   static Status get_table(uint32_t abi_major, const flagos_hal_table_t** out) {
     if (!out) return null_arg("flagos_hal_get_table", "out");
@@ -906,10 +923,14 @@ class Hal {
 }  // namespace kit
 }  // namespace flagos_hal
 
-// Defines the one exported symbol, flagos_hal_get_table, for vendor class VENDOR. Put it
-// in exactly one source file of the HAL.
+// Defines the exported symbols for vendor class VENDOR: flagos_hal_get_table (the ABI)
+// and flagos_hal_kit_test_control (test_control.h). Put it in exactly one source file of
+// the HAL.
 #define FLAGOS_HAL_KIT_ENTRY(VENDOR)                                                     \
   extern "C" FLAGOS_HAL_EXPORT flagos_status_t flagos_hal_get_table(                     \
       uint32_t abi_major, const flagos_hal_table_t** out) {                              \
     return ::flagos_hal::kit::Hal<VENDOR>::get_table(abi_major, out);                    \
+  }                                                                                      \
+  extern "C" FLAGOS_HAL_EXPORT const flagos_hal_test_control_t* flagos_hal_kit_test_control() { \
+    return ::flagos_hal::kit::Hal<VENDOR>::test_control();                               \
   }
