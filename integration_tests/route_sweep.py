@@ -23,6 +23,7 @@ say which op), ``crash`` (the process died on a signal) or ``hang`` (no result i
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import re
@@ -136,7 +137,8 @@ def classify(result: dict, providers: list[str]) -> tuple[str, str]:
 
 
 def run_case(case: Case, providers: list[str], timeout: float = TIMEOUT_S) -> Outcome:
-    env = {**os.environ, **case.env, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, **case.env, "PYTHONUNBUFFERED": "1",
+           "FLAGOS_ROUTE_SWEEP_DUMP_S": str(max(5.0, timeout - 15))}
     for var in ("FLAGOS_ROUTES", "FLAGOS_ROUTES_FILE", "FLAGOS_NO_HOST_ALIAS"):
         if var not in case.env:
             env.pop(var, None)
@@ -146,7 +148,7 @@ def run_case(case: Case, providers: list[str], timeout: float = TIMEOUT_S) -> Ou
                               env=env, capture_output=True, text=True, timeout=timeout,
                               check=False)
     except subprocess.TimeoutExpired as e:
-        tail = (e.stderr or b"")[-1500:]
+        tail = (e.stderr or b"")[-6000:]
         return Outcome(case.name, case.memory, "hang", f"no result in {timeout:.0f} s: {tail!r}",
                        time.perf_counter() - t0)
     seconds = time.perf_counter() - t0
@@ -178,14 +180,14 @@ def table(outcomes: list[Outcome]) -> str:
     return "\n".join(rows)
 
 
-def report(outcomes: list[Outcome], args: argparse.Namespace) -> dict:
+def report(outcomes: list[Outcome], memories: list[str] | None = None) -> dict:
     """The outcomes as a benchmark-style table (tools/bench_report.py, docs/benchmarks.md)."""
     import torch
     from fault_sweep import git_commit, machine
 
     hal = torch.flagos.get_device_properties(0).hal
     command = f"FLAGOS_HAL={hal} python integration_tests/route_sweep.py"
-    for m in args.memory or []:
+    for m in memories or []:
         command += f" --memory {m}"
     good = sum(o.outcome in GOOD for o in outcomes)
     return {"benchmark": "route_sweep",
@@ -211,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="write the outcomes here")
     args = ap.parse_args(argv)
     if args.child:
+        # A hang shows where it hung: every thread's stack, before the parent gives up.
+        faulthandler.dump_traceback_later(float(os.environ.get("FLAGOS_ROUTE_SWEEP_DUMP_S", "280")))
         print("RESULT " + json.dumps(child()), flush=True)
         return 0
     outcomes = sweep(args.memory or sorted(MEMORY), args.jobs, args.only)
@@ -220,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{o.case} ({o.memory}): {o.outcome}\n{o.detail}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(report(outcomes, args), f, indent=1)
+            json.dump(report(outcomes, args.memory), f, indent=1)
     print(f"\n{len(outcomes) - len(bad)} of {len(outcomes)} cases ran or raised a named error")
     return 1 if bad else 0
 

@@ -5,6 +5,7 @@ The routes of one kind of memory run at once, one process each."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -15,6 +16,9 @@ import route_sweep
 def test_every_route_runs_or_names_the_op(memory):
     jobs = max(2, min(8, (os.cpu_count() or 2) // 2))
     outcomes = route_sweep.sweep([memory], jobs)
+    if os.environ.get("FLAGOS_ROUTE_SWEEP_JSON"):  # the table for docs/benchmarks.md
+        with open(f"{os.environ['FLAGOS_ROUTE_SWEEP_JSON']}-{memory}.json", "w") as f:
+            json.dump(route_sweep.report(outcomes, [memory]), f, indent=1)
     assert len(outcomes) >= 4, route_sweep.table(outcomes)  # defaults, cpu, boxing, a file
     bad = [f"{o.case} ({o.memory}): {o.outcome}: {o.detail}" for o in outcomes
            if o.outcome not in route_sweep.GOOD]

@@ -18,11 +18,17 @@ for s in "$@"; do
     build)
       step build
       nvidia-smi -L; python3 -c "import torch; print('torch', torch.__version__, 'cuda devices', torch.cuda.device_count())"
-      for p in flagos-hal flagos-core flagos-ops-boxing flagos-ops-gems flagos-quant flagos-distributed flagos-compile; do
-        [[ -f packages/$p/pyproject.toml ]] || continue
-        CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip install --no-build-isolation --no-deps "./packages/$p" \
-          > "$OUT/build-$p.log" 2>&1 && echo "built $p" || { echo "BUILD FAILED $p"; tail -30 "$OUT/build-$p.log"; }
-      done ;;
+      build_one() {
+        [[ -f packages/$1/pyproject.toml ]] || return 0
+        CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip install --no-build-isolation --no-deps "./packages/$1" \
+          > "$OUT/build-$1.log" 2>&1 && echo "built $1" || { echo "BUILD FAILED $1"; tail -30 "$OUT/build-$1.log"; }
+      }
+      # flagos-hal's headers, then core's extension, before the packages that build against them.
+      build_one flagos-hal; build_one flagos-core
+      for p in flagos-ops-boxing flagos-ops-gems flagos-ops-native flagos-quant flagos-distributed flagos-compile; do
+        build_one $p &
+      done
+      wait ;;
     native) step native  # after build: flagos-ops-native against this torch; sim tests, cuda routes
       CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip install --no-build-isolation --no-deps ./packages/flagos-ops-native \
         > "$OUT/build-flagos-ops-native.log" 2>&1 && echo "built flagos-ops-native" \
@@ -52,11 +58,16 @@ for s in "$@"; do
     # runs them), SUITE_JOBS folders at a time, each within SUITE_TIMEOUT s; JUnit files and
     # logs in $OUT/cuda-suite.tgz, the table in $OUT/cuda-suite.json (docs/benchmarks.md).
     tests) step tests; J=/tmp/cuda-suite; rm -rf $J; mkdir -p $J
+      # The folders that take longest on a fresh machine (FlagGems compiles its kernels on
+      # first use) run on several workers where pytest-xdist is installed.
+      xdist() { python3 -c "import xdist" 2>/dev/null && [[ $1 == *gems* || $1 == integration_tests ]] \
+                && echo "-n ${SUITE_XDIST:-4}"; }
       run_folder() {
         local f=$1 n; n=$(basename "$(dirname "$f")"); [[ $f == integration_tests ]] && n=integration_tests
-        FLAGOS_HAL=cuda FLAGOS_TEST_HW=cuda HF_HUB_OFFLINE=1 timeout -k 10 ${SUITE_TIMEOUT:-500} \
-          python3 -X faulthandler -m pytest -q -p no:cacheprovider --durations=10 \
-          -o faulthandler_timeout=$(( ${SUITE_TIMEOUT:-500} - 20 )) --junitxml=$J/$n.xml "$f" > $J/$n.log 2>&1
+        FLAGOS_HAL=cuda FLAGOS_TEST_HW=cuda HF_HUB_OFFLINE=1 FLAGOS_ROUTE_SWEEP_JSON="$OUT/route-sweep-cuda" \
+          timeout -k 10 ${SUITE_TIMEOUT:-500} python3 -X faulthandler -m pytest -v -p no:cacheprovider \
+          --durations=10 $(xdist "$f") -o faulthandler_timeout=$(( ${SUITE_TIMEOUT:-500} - 20 )) \
+          --junitxml=$J/$n.xml "$f" > $J/$n.log 2>&1
         echo $? > $J/$n.rc; echo "$n: exit $(cat $J/$n.rc), $(tail -1 $J/$n.log)"
       }
       folders=(packages/*/tests integration_tests); running=0

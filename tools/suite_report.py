@@ -70,6 +70,14 @@ def commit() -> str:
         return "unknown"
 
 
+def torch_version() -> str:
+    try:
+        import torch
+    except ImportError:
+        return "not installed"
+    return torch.__version__
+
+
 def report(junit_dir: Path, hal: str, command: str, machine: str) -> dict:
     folders = {}
     for rc_file in sorted(junit_dir.glob("*.rc")):
@@ -91,7 +99,8 @@ def report(junit_dir: Path, hal: str, command: str, machine: str) -> dict:
              + (f": {', '.join(crashed)}" if crashed else "") + "."]
     notes += [f"Skipped {n}x: {why}" for why, n in reasons.most_common(12)]
     return {"benchmark": f"{hal}-suite", "title": f"The test suite on the {hal} HAL, one pytest "
-            "per test folder", "machine": machine, "commit": commit(), "command": command,
+            "per test folder", "machine": machine, "torch": torch_version(), "commit": commit(),
+            "command": command,
             "columns": ["folder", "passed", "failed", "errors", "skipped", "seconds", "result"],
             "rows": rows, "notes": notes, "folders": folders}
 

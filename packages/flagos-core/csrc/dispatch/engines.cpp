@@ -33,10 +33,29 @@ void run_twin(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::Devi
 }
 
 namespace {
+// at::native::cpu_fallback moves its arguments to the CPU with _to_copy and writes results
+// back with copy_. Once a kernel library serves those two ops, they are routed as
+// themselves (routed_as_themselves.h); reaching the CPU fallback on opaque memory they
+// would call it again, each call one level deeper, until the stack ran out (a crash, not
+// an error). Their composite kernels are written in the runtime's own allocation and copy
+// ops, which move bytes through the HAL: that is the CPU fallback's answer for them.
+bool moves_fallback_arguments(const c10::OperatorHandle& op) {
+  static const c10::OperatorName* to_copy =
+      &c10::Dispatcher::singleton().findSchemaOrThrow("aten::_to_copy", "").operator_name();
+  static const c10::OperatorName* copy =
+      &c10::Dispatcher::singleton().findSchemaOrThrow("aten::copy_", "").operator_name();
+  const c10::OperatorName* name = &op.operator_name();
+  return name == to_copy || name == copy;
+}
+
 void run_cpu_kernel(const c10::OperatorHandle& requested, torch::jit::Stack* stack,
                     c10::DeviceIndex device) {
   if (host_addressable(device)) {
     TwinCall(device, c10::DeviceType::CPU).run(requested, stack);
+    return;
+  }
+  if (moves_fallback_arguments(requested)) {
+    requested.callBoxedForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd, *stack);
     return;
   }
   // Opaque memory: copy in, run on the CPU, copy back (mutated args and results).

@@ -1,0 +1,31 @@
+"""The CPU fallback on opaque memory moves its arguments with _to_copy and copy_. Once a
+kernel library serves those ops (FlagGems does), they are routed as themselves; routed
+to the CPU fallback, they must run their composite kernels (HAL copies), not the fallback
+again: that recursed until the stack ran out and the process died."""
+
+from __future__ import annotations
+
+CODE = """
+import torch, flagos
+from flagos._routing_backend import route_ops_as_themselves
+route_ops_as_themselves(["aten::_to_copy", "aten::copy_"])
+with flagos.routing.override({"default": ["cpu"]}):
+    x = torch.randn(4, 5)
+    y = x.to("flagos")                       # _to_copy to flagos, copy_ into flagos
+    assert torch.equal(y.cpu(), x)           # _to_copy to the CPU
+    y.copy_(x + 1)                           # copy_ from the host
+    z = torch.empty(4, 5, device="flagos")
+    z.copy_(y)                               # copy_ on the device
+    w = (z * 2).double()                     # an op through cpu_fallback, then _to_copy
+    assert torch.equal(w.cpu(), ((x + 1) * 2).double())
+    ids = torch.tensor([0, 2, 2, 3], dtype=torch.int32, device="flagos")
+    assert torch.histc(ids, bins=4, min=0, max=3).cpu().tolist() == [1, 0, 2, 1]
+    calls = flagos.routing.stats()["aten::_to_copy"]["cpu"]["calls"]
+    assert calls >= 3, calls
+print("ok")
+"""
+
+
+def test_copies_routed_to_the_cpu_fallback_on_opaque_memory(run_python):
+    r = run_python(CODE, env={"FLAGOS_NO_HOST_ALIAS": "1"}, check=False)
+    assert r.returncode == 0 and "ok" in r.stdout, (r.returncode, r.stderr[-3000:])
