@@ -97,13 +97,13 @@ def _setup_route(route: str) -> None:
     import flagos
 
     if route == "twin" and "twin" not in flagos.routing.providers():
-        from flagos import _C
+        from flagos.provider_api import register_engine_provider
 
         class TwinProvider(flagos.routing.Provider):
             name = "twin"
             is_cpp = True
 
-        _C._register_provider("twin", "twin")
+        register_engine_provider("twin", "twin")
         flagos.routing.register_provider(TwinProvider())
     for name in route.split(","):
         if name not in flagos.routing.providers():

@@ -29,7 +29,7 @@ def test_cpp_kernels_on_flagos_tensors(sim_twin) -> None:
     # buffers: one C++ call each into the flagos allocator, on the graph's device
     assert re.search(r"empty_strided_flagos\([^\n]*, 0\)", code)
     assert not re.search(r"= empty_strided\(.*device='flagos", code)
-    assert "from flagos._C import _sync_for_host_access as flagos_host_sync" in code
+    assert "from flagos.provider_api import sync_for_host_access as flagos_host_sync" in code
     assert "flagos_host_sync(0)" in code
     assert "extern_kernels.mm" in code  # the matmul: an ATen call, routed by flagos
     assert "triton" not in code.lower().replace("triton_meta", "")
@@ -80,24 +80,24 @@ def test_register_is_idempotent_and_patches_are_named() -> None:
 
 def test_wrapper_helpers_match_the_python_api() -> None:
     """The C++ calls the generated wrapper makes per buffer, guard and kernel launch."""
-    from flagos import _C
+    from flagos import provider_api as api
 
     other = 1 if torch.flagos.device_count() > 1 else 0
     torch.flagos.set_device(0)
-    t = _C._empty_strided((2, 3), (1, 2), torch.float16, other)
+    t = api.empty_strided((2, 3), (1, 2), torch.float16, other)
     assert t.device == torch.device("flagos", other) and t.dtype == torch.float16
     assert t.shape == (2, 3) and t.stride() == (1, 2)
     assert torch.flagos.current_device() == 0  # allocated there, current device kept
-    guard = _C._CompiledDeviceGuard(other)
+    guard = api.CompiledDeviceGuard(other)
     with guard:
         assert torch.flagos.current_device() == other
         with pytest.raises(RuntimeError, match="entered twice"), guard:
             pass
     assert torch.flagos.current_device() == 0
-    with pytest.raises(ValueError, match="inside"), _C._CompiledDeviceGuard(other):
+    with pytest.raises(ValueError, match="inside"), api.CompiledDeviceGuard(other):
         raise ValueError("inside")  # not swallowed, and the device is restored
     assert torch.flagos.current_device() == 0
     s = torch.flagos.Stream(other)
     with torch.flagos.stream(s):
-        assert _C._current_raw_stream(other) == s.native_handle
-    assert _C._current_raw_stream(other) == torch.flagos.current_stream(other).native_handle
+        assert api.current_raw_stream(other) == s.native_handle
+    assert api.current_raw_stream(other) == torch.flagos.current_stream(other).native_handle

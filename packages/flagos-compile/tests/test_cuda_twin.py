@@ -75,11 +75,11 @@ def test_wrapper_guards_the_twin_device(cuda_twin) -> None:
     assert not utils.device_need_guard("cpu")
     ops = _codegen.FlagosDeviceOpOverrides()
     guard = ops.device_guard(0)
-    # one C++ guard that makes the twin (cuda:1) current as well (flagos._C)
+    # one C++ guard that makes the twin (cuda:1) current as well (flagos.provider_api)
     assert guard == "flagos_device_guard(0)"
     compile(f"with {guard}:\n    {ops.set_device(0)}\n", "<wrapper>", "exec")
     assert ops.import_get_raw_stream_as("get_raw_stream") == (
-        "from flagos._C import _current_raw_stream as get_raw_stream")
+        "from flagos.provider_api import current_raw_stream as get_raw_stream")
 
 
 def test_no_device_guard_on_sim(sim_twin) -> None:

@@ -156,7 +156,7 @@ def test_a_new_input_shape_recompiles_and_a_wrong_one_is_refused(graph_runtime, 
     assert len(backend.reports) == 2 and all(r.regions[0].offloaded for r in backend.reports)
     # The runtime itself refuses a tensor of another shape than the artifact's, by name.
     meta = next(p for p in cache_dir.glob("*.json"))
-    graph = flagos._C._Graph(0, json.loads(meta.read_text())["format"], meta.with_suffix(".bin").read_bytes())
+    graph = flagos.provider_api.Graph(0, json.loads(meta.read_text())["format"], meta.with_suffix(".bin").read_bytes())
     spec = graph.inputs[0]
     wrong = torch.zeros([d + 1 for d in spec["shape"]], device="flagos")
     rest = [torch.zeros(s["shape"], device="flagos") for s in graph.inputs[1:]]

@@ -9,7 +9,7 @@ import uuid
 import pytest
 import torch
 from flagos import _C
-from flagos._routing_backend import results_in_flagos_memory
+from flagos.provider_api import results_in_flagos_memory
 
 
 @pytest.fixture

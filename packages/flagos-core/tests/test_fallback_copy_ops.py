@@ -7,7 +7,7 @@ from __future__ import annotations
 
 CODE = """
 import torch, flagos
-from flagos._routing_backend import route_ops_as_themselves
+from flagos.provider_api import route_ops_as_themselves
 route_ops_as_themselves(["aten::_to_copy", "aten::copy_"])
 with flagos.routing.override({"default": ["cpu"]}):
     x = torch.randn(4, 5)

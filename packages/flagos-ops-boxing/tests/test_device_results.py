@@ -11,7 +11,7 @@ import flagos
 import pytest
 import torch
 import torch.nn.functional as F
-from flagos._routing_backend import results_in_flagos_memory
+from flagos.provider_api import results_in_flagos_memory
 
 pytestmark = pytest.mark.skipif(os.environ.get("FLAGOS_TEST_HW", "sim") != "cuda",
                                 reason="needs the CUDA HAL on a GPU")
@@ -22,7 +22,7 @@ def _cuda_allocations() -> int:
 
 
 def test_flagos_built_against_cuda_torch_has_device_results() -> None:
-    assert flagos._C._device_results(), (
+    assert flagos.provider_api.device_results(), (
         "flagos-core was built without the CUDA results allocator: see the CMake warning")
 
 

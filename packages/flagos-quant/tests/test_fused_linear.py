@@ -160,7 +160,7 @@ def test_repeated_one_row_calls_are_relaunched_on_a_cuda_twin(stats) -> None:
             assert_matches_cpu(nvfp4_weight_linear(x.to(DEV), pd, scd, gd, None),
                                nvfp4_weight_linear(x, packed, scale, glob, None))
     after = launch_cache.stats()
-    if flagos._C._twin_device(0) != "cuda":
+    if flagos.provider_api.twin_device(0) != "cuda":
         assert after == before  # the CPU twin's kernels are the formula, not launches
         return
     # fp8 with and without bias, nvfp4: three keys, each kept once, the rest relaunched
@@ -173,7 +173,7 @@ def test_twin_kernels_results_are_declared_factory_allocated() -> None:
     # result is made in flagos memory instead of being copied (flagos-core's device results)
     flagos.routing.providers()  # the provider entry points are loaded
     for op in (FP8_WEIGHT_LINEAR, NVFP4_WEIGHT_LINEAR):
-        assert flagos._C._device_results_allowed(op)
+        assert flagos.provider_api.device_results_allowed(op)
 
 
 def test_emulation_serves_where_no_twin_kernel_does(stats) -> None:

@@ -36,7 +36,7 @@ def build_id() -> str:
     twins = [torch.flagos.get_device_properties(i).twin_device
              for i in range(torch.flagos.device_count())]
     h.update(repr((twins, os.environ.get("FLAGOS_NO_HOST_ALIAS"))).encode())
-    lib = flagos._C.__file__
+    lib = flagos.provider_api.extension_path()
     st = os.stat(lib)  # the core's engines decide the layouts the code asserts
     h.update(f"{os.path.basename(lib)}:{st.st_size}:{st.st_mtime_ns}".encode())
     return h.hexdigest()

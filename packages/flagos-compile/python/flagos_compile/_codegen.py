@@ -11,9 +11,9 @@ Generated code follows the HAL's native twin:
   handle of the current flagos stream (a cudaStream_t).
 
 Buffers are allocated by the wrapper with ``empty_strided_flagos(sizes, strides, dtype, N)``
-(flagos._C._empty_strided): the flagos caching allocator, in one C++ call, as
+(flagos.provider_api.empty_strided): the flagos caching allocator, in one C++ call, as
 ``empty_strided_cuda`` is for CUDA; the device guard and the raw stream of kernel launches
-are single C++ calls too (flagos._C._CompiledDeviceGuard, _current_raw_stream). Ops
+are single C++ calls too (flagos.provider_api.CompiledDeviceGuard, current_raw_stream). Ops
 Inductor does not generate code for (extern kernels, fallbacks) are plain ATen calls on
 flagos tensors and go through the flagos routing dispatcher.
 """
@@ -91,8 +91,8 @@ class _FlagosWrapperMixin:
     def write_header(self) -> None:
         super().write_header()  # type: ignore[misc]
         self.imports.writeline(  # type: ignore[attr-defined]
-            f"from flagos._C import _empty_strided as {EMPTY_STRIDED}, "
-            f"_CompiledDeviceGuard as {DEVICE_GUARD}")
+            f"from flagos.provider_api import empty_strided as {EMPTY_STRIDED}, "
+            f"CompiledDeviceGuard as {DEVICE_GUARD}")
         if config.triton.cudagraphs:
             # Said when the module loads, so that an FX-graph-cache hit says it too.
             self.imports.writeline(  # type: ignore[attr-defined]
@@ -133,7 +133,7 @@ class _FlagosWrapperMixin:
             kernel_name, call_args, device=device, triton=triton, **kwargs)
 
     def write_flagos_sync_header_once(self) -> None:
-        line = f"from flagos._C import _sync_for_host_access as {SYNC_HELPER}"
+        line = f"from flagos.provider_api import sync_for_host_access as {SYNC_HELPER}"
         root = self
         while isinstance(root, SubgraphPythonWrapperCodegen):
             root = root.parent_wrapper
@@ -163,7 +163,7 @@ class FlagosDeviceOpOverrides(DeviceOpOverrides):
     """The device calls the Python wrapper writes: torch.flagos instead of torch.cuda."""
 
     def import_get_raw_stream_as(self, name: str) -> str:
-        return f"from flagos._C import _current_raw_stream as {name}"
+        return f"from flagos.provider_api import current_raw_stream as {name}"
 
     def set_device(self, device_idx: int) -> str:
         return f"torch.flagos.set_device({device_idx})"

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from flagos import _C
+from flagos.provider_api import current_raw_stream
 from torch._dynamo.device_interface import DeviceInterface, caching_worker_current_devices
 
 from flagos_compile._twin import native_index, twin_of
@@ -30,7 +30,7 @@ def _index(device: torch.types.Device) -> int:
 def raw_stream(device_idx: int) -> int:
     """The native handle of the current flagos stream of a device (a cudaStream_t on
     the CUDA HAL: what a Triton launcher needs; an opaque HAL handle on sim)."""
-    return _C._current_raw_stream(device_idx)
+    return current_raw_stream(device_idx)
 
 
 class FlagosInterface(DeviceInterface):

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 from flagos import _C, routing
+from flagos.provider_api import route_ops_as_themselves
 
 
 class CppBackend:
@@ -128,54 +129,3 @@ def install() -> None:
     route :data:`STUB_COMPOSITE_OPS` as themselves."""
     routing.set_backend(CppBackend())
     route_ops_as_themselves(STUB_COMPOSITE_OPS)
-
-
-def register_engine_provider(name: str, engine: str) -> None:
-    """Register a C++ provider ``name`` run by one of the core's engines: ``"twin"``
-    (zero-copy on the HAL's native twin device) or ``"cpu"`` (the CPU fallback).
-    Packages such as flagos-ops-boxing call this, then describe the provider (which ops,
-    which HALs) with a :class:`flagos.routing.Provider` whose ``is_cpp`` is True."""
-    _C._register_provider(name, engine)
-
-
-def register_foreign_provider(name: str, resolve_kernel: Callable[[str], object]) -> None:
-    """Register the C++ side of provider ``name`` as the core's foreign-kernel engine: the
-    kernels of a Python kernel library (FlagGems' Triton kernels) run on flagos tensors
-    through the same zero-copy twin aliases, stream, kernel scope and result mapping as
-    ``boxing``. ``resolve_kernel(op_name)`` (``"aten::add.Tensor"``; ``"aten::abs"`` for a
-    default overload) returns the library's function for the op, or ``None``; it is asked
-    once per op, never per call. The function is called the way torch calls a Python kernel
-    registered with ``torch.library`` (schema arguments on the twin device; trailing
-    defaulted arguments left out) and returns the op's results on the twin, or
-    ``NotImplemented`` to decline the call. Describe the provider with a
-    :class:`flagos.routing.Provider` whose ``is_cpp`` is True."""
-    _C._register_provider(name, "foreign", resolve_kernel)
-
-
-def route_ops_as_themselves(ops: Iterable[str]) -> list[str]:
-    """Make structured functional and in-place ops (``aten::log``, ``aten::cos_``) reach the
-    flagos dispatcher as themselves rather than as their out= form, for providers that
-    serve those forms (see csrc/dispatch/routed_as_themselves.h). Ops that already arrive
-    as themselves are skipped; returns the ops changed now. For every provider of those ops
-    the call then arrives as the functional form (the twin and the CPU fallback serve both)."""
-    return list(_C._route_ops_as_themselves(list(ops)))
-
-
-def results_in_flagos_memory(ops: Iterable[str]) -> None:
-    """Declare that the twin-device kernels of these extension ops (``"ns::name"``, every
-    overload) allocate only through tensor factories (``torch.empty``, ATen ops), never
-    through ``Allocator::raw_allocate``. On a CUDA twin their results are then allocated in
-    flagos memory while the kernel runs, as ATen ops' are, instead of being copied into it
-    afterwards (one allocation and one device copy per result). ATen ops need no
-    declaration; an undeclared extension op's results are copied."""
-    _C._allow_device_results(list(ops))
-
-
-def register_external_provider(name: str, engine: object) -> None:
-    """Register a C++ provider ``name`` whose engine is in another shared library:
-    ``engine`` is a PyCapsule named ``"flagos.provider_engine"`` holding a
-    ``flagos_provider_engine_t`` (header ``flagos/include/flagos/provider_engine.h`` in
-    this package). The dispatcher then calls it without the GIL; it may decline a call.
-    Describe the provider (ops, HALs) with a :class:`flagos.routing.Provider` whose
-    ``is_cpp`` is True, as for :func:`register_engine_provider`."""
-    _C._register_provider(name, "external", engine)

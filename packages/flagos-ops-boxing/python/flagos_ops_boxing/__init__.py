@@ -46,7 +46,7 @@ _NATIVE_EQUIVALENTS = {
 
 # An op with one of these kernels runs on every device, the twin included. Such ops reach
 # flagos as themselves only once a provider asks for it (a kernel library serving them,
-# flagos._routing_backend.route_ops_as_themselves); the twin then still serves them.
+# flagos.provider_api.route_ops_as_themselves); the twin then still serves them.
 _COMPOSITES = ("CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional")
 
 
@@ -95,9 +95,9 @@ def coverage(hal: str = "sim") -> list[str]:
     key = _twin_key_of_hal(hal)
     if key is None:
         return []
-    from flagos import _C
+    from flagos.provider_api import routed_kernel_ops
 
-    routed_kernels = set(_C._routed_kernel_ops())  # flagos kernels that still route the op
+    routed_kernels = set(routed_kernel_ops())  # flagos kernels that still route the op
     out = []
     for name in torch._C._dispatch_get_all_op_names():
         if not name.startswith("aten::") or not _has_own_kernel(name, key):
@@ -113,7 +113,7 @@ def coverage(hal: str = "sim") -> list[str]:
 
 def provider() -> BoxingProvider:
     """Entry point of group ``flagos.ops``: registers the C++ side with the flagos core."""
-    from flagos._routing_backend import register_engine_provider
+    from flagos.provider_api import register_engine_provider
 
     register_engine_provider("boxing", "twin")
     return BoxingProvider()

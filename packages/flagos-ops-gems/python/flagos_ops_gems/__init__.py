@@ -38,7 +38,7 @@ def register_library(name: str, library: KernelLibrary) -> KernelLibraryProvider
     foreign-kernel engine) and returns the :class:`KernelLibraryProvider` describing it
     (install it with ``flagos.routing.register_provider`` when not returned from an entry
     point). Nothing of the library is imported here."""
-    from flagos._routing_backend import register_foreign_provider
+    from flagos.provider_api import register_foreign_provider
 
     p = KernelLibraryProvider(name, library)
     register_foreign_provider(name, p.resolve_kernel)

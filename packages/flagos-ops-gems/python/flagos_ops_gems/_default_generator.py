@@ -10,7 +10,7 @@ device's default generator itself (so such a kernel is right there), for a
 For such a kernel the given generator's state is lent to the device's default generator
 for the call (the kernel then gets ``gen=None``, so every draw it makes comes from there,
 on each of its paths) and takes the advanced state back after: the core's
-``flagos._C._DefaultGeneratorLent``, which lends the flagos generator to the kernels of
+``flagos.provider_api.DefaultGeneratorLent``, which lends the flagos generator to the kernels of
 ops without a generator argument the same way (serialized process-wide).
 """
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-from flagos import _C
+from flagos.provider_api import DefaultGeneratorLent
 
 __all__ = ["draws_from_given_generator"]
 
@@ -36,7 +36,7 @@ def draws_from_given_generator(kernel: Callable[..., object],
             return kernel(*args, **kwargs)
         device = args[0].device
         index = -1 if device.index is None else device.index
-        with _C._DefaultGeneratorLent(gen, device.type, index):
+        with DefaultGeneratorLent(gen, device.type, index):
             return kernel(*args, **{**kwargs, keyword: None})
 
     return call

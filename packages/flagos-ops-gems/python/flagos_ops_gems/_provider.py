@@ -74,7 +74,7 @@ class KernelLibraryProvider(Provider):
                 except LibraryUnavailable as e:
                     self._failure = str(e)
                     return None
-                from flagos._routing_backend import route_ops_as_themselves
+                from flagos.provider_api import route_ops_as_themselves
 
                 # The library serves functional forms; they must reach the dispatcher as
                 # such rather than as their out= forms.

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from flagos.provider_api import KeyLocator, Where, syntax_error, type_name
 from flagos.routing import RoutingConfigError
 from flagos.routing import ops as _ops
-from flagos.routing.config import _KeyLocator, _syntax_error, _type_name, _Where
 
 from .conventions import CONVENTIONS, DTYPES
 
@@ -136,7 +136,7 @@ def _forms_of(op: str, wanted: tuple[str, ...], index: dict[str, list[str]]) -> 
     return tuple(out)
 
 
-def _versions(text: object, where: _Where) -> tuple[int, int]:
+def _versions(text: object, where: Where) -> tuple[int, int]:
     m = re.fullmatch(r"\s*>=\s*(\d+)\.(\d+)\s*,\s*<\s*(\d+)(?:\.(\d+))?\s*", str(text))
     if not isinstance(text, str) or not m:
         raise where.error(("library", "versions"), f"'versions' must read '>=MAJOR.MINOR,<MAJOR"
@@ -148,26 +148,26 @@ def _versions(text: object, where: _Where) -> tuple[int, int]:
     return lo, hi
 
 
-def _check_keys(table: dict, allowed: tuple[str, ...], path: tuple[str, ...], where: _Where,
+def _check_keys(table: dict, allowed: tuple[str, ...], path: tuple[str, ...], where: Where,
                 what: str) -> None:
     for key in table:
         if key not in allowed:
             raise where.unknown((*path, key), f"{what} key", key, allowed)
 
 
-def _str(table: dict, key: str, path: tuple[str, ...], where: _Where, required: bool = True
+def _str(table: dict, key: str, path: tuple[str, ...], where: Where, required: bool = True
          ) -> str | None:
     value = table.get(key)
     if value is None and not required:
         return None
     if not isinstance(value, str) or not value:
-        got = "nothing" if value is None else f"{_type_name(value)} {value!r}"
+        got = "nothing" if value is None else f"{type_name(value)} {value!r}"
         raise where.error((*path, key) if key in table else path,
                           f"{'/'.join(path)}: {key!r} must be a non-empty string, got {got}", key)
     return value
 
 
-def _dtypes(value: object, path: tuple[str, ...], where: _Where) -> tuple[str, ...]:
+def _dtypes(value: object, path: tuple[str, ...], where: Where) -> tuple[str, ...]:
     if not isinstance(value, list) or not value or not all(isinstance(d, str) for d in value):
         raise where.error(path, f"'dtypes' must be a list of dtype names, got {value!r}", "dtypes")
     for d in value:
@@ -176,7 +176,7 @@ def _dtypes(value: object, path: tuple[str, ...], where: _Where) -> tuple[str, .
     return tuple(value)
 
 
-def _library(doc: dict, file: Path, where: _Where) -> tuple[Library, tuple[str, ...]]:
+def _library(doc: dict, file: Path, where: Where) -> tuple[Library, tuple[str, ...]]:
     lib = doc.get("library")
     if not isinstance(lib, dict):
         raise where.error((), "a manifest needs a [library] table", "library")
@@ -214,7 +214,7 @@ def _library(doc: dict, file: Path, where: _Where) -> tuple[Library, tuple[str, 
 
 
 def _op_entry(op: object, value: object, library: Library, default_dtypes: tuple[str, ...],
-              where: _Where, index: dict[str, list[str]]) -> OpEntry:
+              where: Where, index: dict[str, list[str]]) -> OpEntry:
     path = ("ops", str(op))
     if not isinstance(op, str) or not _ops.is_op(op):
         matches = _ops.suggest(str(op), whole_ops=False)
@@ -223,7 +223,7 @@ def _op_entry(op: object, value: object, library: Library, default_dtypes: tuple
                           "or 'aten::mm' for a default overload)", str(op), matches)
     if not isinstance(value, dict):
         raise where.error(path, f"{op!r} must be an inline table {{ symbol = ..., convention = "
-                          f"... }}, got {_type_name(value)} {value!r}", op)
+                          f"... }}, got {type_name(value)} {value!r}", op)
     _check_keys(value, _OP_KEYS, path, where, "op entry")
     symbol = _str(value, "symbol", path, where)
     conv_name = _str(value, "convention", path, where)
@@ -263,8 +263,8 @@ def parse(path: str | Path) -> Manifest:
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        raise _syntax_error(str(file), text, e) from e
-    where = _Where(str(file), _KeyLocator(text))
+        raise syntax_error(str(file), text, e) from e
+    where = Where(str(file), KeyLocator(text))
     _check_keys(doc, ("library", "ops"), (), where, "top-level")
     library, dtypes = _library(doc, file, where)
     table = doc.get("ops", {})

@@ -70,7 +70,7 @@ def statuses() -> list[LibraryStatus]:
 
 def provider() -> NativeProvider:
     """Entry point of group ``flagos.ops``: binds the manifests and registers the engine."""
-    from flagos._routing_backend import register_external_provider
+    from flagos.provider_api import register_external_provider
 
     from . import _engine
 

@@ -62,11 +62,7 @@ def provider() -> EmulationProvider:
     """Entry point of group ``flagos.ops``. Also declares that the packed linear ops'
     kernels allocate through ``torch.empty`` only, so that through ``boxing`` on a CUDA twin
     their results are made in flagos memory rather than copied into it."""
-    from flagos import _routing_backend
+    from flagos.provider_api import results_in_flagos_memory
 
-    # an optimization only: with a flagos-core that cannot take the declaration, the
-    # results are copied as for any extension op
-    declare = getattr(_routing_backend, "results_in_flagos_memory", None)
-    if declare is not None:
-        declare([FP8_WEIGHT_LINEAR, NVFP4_WEIGHT_LINEAR])
+    results_in_flagos_memory([FP8_WEIGHT_LINEAR, NVFP4_WEIGHT_LINEAR])
     return EmulationProvider()

@@ -84,12 +84,12 @@ def _flagos_device(example_inputs: Sequence[Any]) -> int | None:
 
 def _graph_target(device: int) -> tuple[Any, str] | str:
     """The graph compiler and artifact format for flagos:`device`, or why there is none."""
-    import flagos
+    from flagos import provider_api
 
-    props = flagos._C._device_properties(device)
-    hal_formats = flagos._C._graph_formats(device)
+    props = provider_api.device_properties(device)
+    hal_formats = provider_api.graph_formats(device)
     if not hal_formats:
-        abi = next((h["abi_version"] for h in flagos._C._hal_info() if h["path"] == props["hal_path"]), "?")
+        abi = next((h["abi_version"] for h in provider_api.hal_info() if h["path"] == props["hal_path"]), "?")
         return (f"the HAL '{props['hal']}' (ABI {abi}) has no graph runtime: its chip runs ops, "
                 "not compiled graphs")
     from flagos_hal.graph_compiler import find
@@ -185,13 +185,13 @@ class OffloadBackend:
             raise OffloadError(f"flagos offload (strict): {why}")
 
     def _compile(self, gm, example_inputs, report: GraphReport) -> Callable:
-        import flagos
+        from flagos import provider_api
 
         device = _flagos_device(example_inputs)
         if device is None:
             self._give_up(report, "no input is a flagos tensor")
             return gm.forward
-        props = flagos._C._device_properties(device)
+        props = provider_api.device_properties(device)
         report.device, report.hal = f"flagos:{device}", props["hal"]
         target = _graph_target(device)
         if isinstance(target, str):
@@ -284,8 +284,8 @@ class OffloadBackend:
                 region.cache = "miss"
                 self.cache.put(key, artifact, {"format": fmt, "onnx_ops": region.onnx_ops,
                                                "compiler": f"{compiler.name} {compiler.version}"})
-        import flagos
-        graph = flagos._C._Graph(device, fmt, artifact)
+        from flagos import provider_api
+        graph = provider_api.Graph(device, fmt, artifact)
         _check_signature(graph, dyn_meta, out_val, node.target)
         region.format = fmt
         region.compile_s = time.perf_counter() - start

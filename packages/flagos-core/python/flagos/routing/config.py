@@ -41,7 +41,8 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10: the same parser, as a package (a flagos-core dependency there)
     import tomli as tomllib
 
-__all__ = ["Layer", "RoutingConfigError", "Rule", "Vocabulary", "load_file", "parse_spec"]
+__all__ = ["KeyLocator", "Layer", "RoutingConfigError", "Rule", "Vocabulary", "Where",
+           "load_file", "parse_spec", "syntax_error", "type_name"]
 
 _TOP_KEYS = ("default", "hal", "include", "ops")
 _HAL_KEYS = ("default", "ops")
@@ -107,10 +108,10 @@ def _hint(matches: Sequence[str]) -> str:
     return f"; did you mean {', '.join(repr(m) for m in matches)}?" if matches else "."
 
 
-class _Where:
+class Where:
     """Turns a position (a key path, maybe a word in its value) into a line number."""
 
-    def __init__(self, file: str, locate: _KeyLocator | None = None, line: int = 0) -> None:
+    def __init__(self, file: str, locate: KeyLocator | None = None, line: int = 0) -> None:
         self.file, self._locate, self._line = file, locate, line
 
     def line(self, path: tuple[str, ...], word: str | None = None) -> int:
@@ -132,13 +133,14 @@ class _Where:
                           matches)
 
 
-def _type_name(value: object) -> str:
+def type_name(value: object) -> str:
+    """A TOML value's type as an error message names it ("string", "array", ...)."""
     return {str: "string", int: "integer", float: "float", bool: "boolean", list: "array",
             dict: "table"}.get(type(value), type(value).__name__)
 
 
 def _chain(
-    value: object, path: tuple[str, ...], owner: str, vocab: Vocabulary, where: _Where
+    value: object, path: tuple[str, ...], owner: str, vocab: Vocabulary, where: Where
 ) -> tuple[str, ...]:
     if isinstance(value, str):
         names = [v.strip() for v in value.split(",")]
@@ -147,7 +149,7 @@ def _chain(
     else:
         raise where.error(
             path, f"{owner!r} must be a provider name or a list of provider names, "
-            f"got {_type_name(value)} {value!r}", str(value))
+            f"got {type_name(value)} {value!r}", str(value))
     if not names or any(not n for n in names):
         raise where.error(path, f"empty provider name in the chain for {owner!r}", "")
     for name in names:
@@ -164,7 +166,7 @@ def _chain(
     return tuple(names)
 
 
-def _check_op_key(key: str, path: tuple[str, ...], where: _Where) -> None:
+def _check_op_key(key: str, path: tuple[str, ...], where: Where) -> None:
     if not isinstance(key, str) or not ops.is_key(key) or key == "default":
         matches = ops.suggest(key)
         form = "" if "::" in str(key) else " Ops are written 'namespace::name[.overload]'."
@@ -176,7 +178,7 @@ def _rules_from_table(
     hal: str | None,
     prefix: tuple[str, ...],
     vocab: Vocabulary,
-    where: _Where,
+    where: Where,
 ) -> list[Rule]:
     allowed = _HAL_KEYS if hal else _TOP_KEYS
     rules: list[Rule] = []
@@ -193,7 +195,7 @@ def _rules_from_table(
             rules.append(Rule(hal, "default", chain, f"{where.file}:{where.line(path)}"))
         elif key == "ops":
             if not isinstance(value, dict):
-                raise where.error(path, f"'ops' must be a table, got {_type_name(value)}", key)
+                raise where.error(path, f"'ops' must be a table, got {type_name(value)}", key)
             for op, chain_value in value.items():
                 op_path = (*path, op)
                 _check_op_key(op, op_path, where)
@@ -201,14 +203,14 @@ def _rules_from_table(
                 rules.append(Rule(hal, op, chain, f"{where.file}:{where.line(op_path)}"))
         elif key == "hal":
             if not isinstance(value, dict):
-                raise where.error(path, f"'hal' must be a table, got {_type_name(value)}", key)
+                raise where.error(path, f"'hal' must be a table, got {type_name(value)}", key)
             for name, section in value.items():
                 hal_path = (*path, name)
                 if name not in vocab.hals:
                     raise where.unknown(hal_path, "HAL", name, vocab.hals)
                 if not isinstance(section, dict):
                     raise where.error(hal_path, f"'hal.{name}' must be a table, got "
-                                      f"{_type_name(section)}", name)
+                                      f"{type_name(section)}", name)
                 rules += _rules_from_table(section, name, hal_path, vocab, where)
     return rules
 
@@ -250,15 +252,15 @@ def load_file(
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        raise _syntax_error(file, text, e) from e
-    where = _Where(file, _KeyLocator(text))
+        raise syntax_error(file, text, e) from e
+    where = Where(file, KeyLocator(text))
     layers: list[Layer] = []
     includes = doc.get("include", [])
     if isinstance(includes, str):
         includes = [includes]
     if not isinstance(includes, list) or not all(isinstance(i, str) for i in includes):
         raise where.error(("include",), "'include' must be a list of file paths, got "
-                          f"{_type_name(includes)}", "include")
+                          f"{type_name(includes)}", "include")
     here = path.resolve()
     for inc in includes:
         target = (path.parent / inc)
@@ -272,7 +274,8 @@ def load_file(
     return layers
 
 
-def _syntax_error(file: str, text: str, e: tomllib.TOMLDecodeError) -> RoutingConfigError:
+def syntax_error(file: str, text: str, e: tomllib.TOMLDecodeError) -> RoutingConfigError:
+    """A TOML syntax error of ``file`` (its source ``text``) as an error naming file and line."""
     message = str(e)
     found = re.search(r"at line (\d+), column (\d+)", message)
     lines = text.splitlines()
@@ -322,7 +325,7 @@ def parse_spec(
         raise TypeError(f"a routing spec is a str or a mapping, not {type(spec).__name__}")
     rules = []
     for i, key, value in entries:
-        where = _Where(source, line=i)
+        where = Where(source, line=i)
         if not isinstance(key, str):
             raise where.error((), f"keys must be strings, got {key!r}", str(key))
         hal, op = split_scoped_key(key)
@@ -356,7 +359,7 @@ def _key_path(s: str, pos: int) -> tuple[tuple[str, ...], int]:
             return tuple(parts), pos
 
 
-class _KeyLocator:
+class KeyLocator:
     """Finds the line of each key path in TOML source text, and of a word in its value."""
 
     def __init__(self, text: str) -> None:

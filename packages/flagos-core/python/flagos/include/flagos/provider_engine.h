@@ -6,7 +6,7 @@
 // The library fills a flagos_provider_engine_t that lives for the process and hands it to
 // the core as a PyCapsule named FLAGOS_PROVIDER_ENGINE_CAPSULE:
 //
-//     flagos._routing_backend.register_external_provider("native", capsule)
+//     flagos.provider_api.register_external_provider("native", capsule)
 //
 // The call is C++ (it takes torch's own types), so the library must be built against the
 // torch the core runs with; the struct is versioned so that it can grow.
