@@ -65,7 +65,7 @@ def _python_entry(fn: Callable[..., object]) -> Callable[[str, tuple, dict], obj
     def call(op_name: str, args: tuple, kwargs: dict) -> object:
         entry = cache.get(op_name)
         if entry is None:
-            op = _overload(op_name)
+            op = routing.ops.overload(op_name)
             entry = cache[op_name] = (op, *_dtype_arguments(op))
         op, positions, names = entry
         if positions or names:
@@ -106,15 +106,6 @@ def _with_dtypes(args: tuple, kwargs: dict, positions: tuple[int, ...],
     if names and any(n in kwargs for n in names):
         kwargs = {k: _dtype(v) if k in names else v for k, v in kwargs.items()}
     return args, kwargs
-
-
-def _overload(op_name: str):
-    import torch
-
-    ns, _, rest = op_name.partition("::")
-    name, _, overload = rest.partition(".")
-    packet = getattr(getattr(torch.ops, ns), name)
-    return getattr(packet, overload or "default")
 
 
 # Ops whose CompositeExplicitAutograd kernel calls a DispatchStub of the tensors' device in

@@ -20,7 +20,7 @@ Registering providers (describe each with a :class:`flagos.routing.Provider` who
   provider and where its results are allocated.
 
 Kernels: :class:`DefaultGeneratorLent` (the flagos generator lent to a twin kernel),
-:func:`routed_kernel_ops`, :func:`twin_device`, :func:`device_results`,
+:func:`routed_kernel_ops`, :func:`twin_device`, :func:`twin_of_hal`, :func:`device_results`,
 :func:`device_results_allowed`.
 
 Routing and manifest files with ``file:line`` errors: :class:`KeyLocator`,
@@ -45,7 +45,7 @@ __all__ = [
     "device_results_allowed", "empty_strided", "extension_path", "graph_formats", "hal_info",
     "register_engine_provider", "register_external_provider", "register_foreign_provider",
     "results_in_flagos_memory", "route_ops_as_themselves", "routed_kernel_ops",
-    "sync_for_host_access", "syntax_error", "twin_device", "type_name",
+    "sync_for_host_access", "syntax_error", "twin_device", "twin_of_hal", "type_name",
 ]
 
 API_VERSION: tuple[int, int] = (1, 0)
@@ -121,6 +121,19 @@ def twin_device(device: int = 0) -> str:
     """The twin device type of flagos:``device`` as core's engines see it (``"cpu"``,
     ``"cuda"``, ``"none"``: opaque memory)."""
     return _C._twin_device(device)
+
+
+def twin_of_hal(hal: str) -> str | None:
+    """The twin device type (``"cpu"``, ``"cuda"``) of the devices of HAL ``hal``; None
+    when their memory is opaque (no twin, or ``FLAGOS_NO_HOST_ALIAS=1``) or no device of
+    that HAL is loaded here."""
+    import torch
+
+    for i in range(torch.flagos.device_count()):
+        props = torch.flagos.get_device_properties(i)
+        if props.hal == hal:
+            return props.twin_device if props.twin_device not in ("", "none") else None
+    return None
 
 
 def device_results(device: int = 0) -> bool:

@@ -26,13 +26,9 @@ _TWIN_KEYS = {"cpu": "CPU", "cuda": "CUDA"}
 
 @functools.cache
 def _twin_key_of_hal(hal: str) -> str | None:
-    import flagos
+    from flagos.provider_api import twin_of_hal
 
-    for i in range(flagos.device_count()):
-        props = flagos.get_device_properties(i)
-        if props.hal == hal:
-            return _TWIN_KEYS.get(props.twin_device)
-    return None
+    return _TWIN_KEYS.get(twin_of_hal(hal) or "")
 
 
 # Hooks a PrivateUse1 backend receives in place of a native op; the twin engine runs the

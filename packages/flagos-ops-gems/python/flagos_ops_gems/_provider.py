@@ -25,15 +25,9 @@ __all__ = ["KernelLibraryProvider"]
 
 @functools.cache
 def _twin_of_hal(hal: str) -> str | None:
-    """The twin device type ("cuda", "cpu") of the devices of ``hal``; None: opaque memory
-    or no such device here."""
-    import flagos
+    from flagos.provider_api import twin_of_hal
 
-    for i in range(flagos.device_count()):
-        props = flagos.get_device_properties(i)
-        if props.hal == hal:
-            return props.twin_device or None
-    return None
+    return twin_of_hal(hal)
 
 
 @functools.cache

@@ -36,6 +36,17 @@ def _refresh() -> None:
         _bases = frozenset(split(n)[0] for n in names)
 
 
+def overload(name: str) -> torch._ops.OpOverload:
+    """The OpOverload of an op name (``aten::add.Tensor``; ``aten::addmm`` for the default
+    overload); ValueError naming it when no such op is registered."""
+    ns, _, rest = name.partition("::")
+    base, _, over = rest.partition(".")
+    try:
+        return getattr(getattr(getattr(torch.ops, ns), base), over or "default")
+    except AttributeError:
+        raise ValueError(f"unknown op {name!r}") from None
+
+
 def split(name: str) -> tuple[str, str]:
     """Split an op name or key into (whole-op name, overload): ``aten::mm`` -> ("aten::mm",
     "default"), ``aten::add.Tensor`` -> ("aten::add", "Tensor")."""

@@ -33,7 +33,7 @@ import math
 import os
 import threading
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import torch
@@ -123,8 +123,7 @@ def _parse_env() -> ShadowConfig | None:
 
 def _make_config(op_keys: Iterable[str], rate: float, reference: str, quarantine: bool,
                  tolerance: float) -> ShadowConfig:
-    from .table import vocabulary
-
+    vocabulary = _hooks().vocabulary
     keys = frozenset(k.strip() for k in op_keys if k.strip())
     if not keys:
         raise ValueError("shadow verification needs at least one op key (or '*')")
@@ -192,10 +191,38 @@ def release_quarantine(op: str | None = None, provider: str | None = None) -> No
     _republish()
 
 
-def _apply(cfg: ShadowConfig | None) -> None:
-    from .table import _state as table
+@dataclass(frozen=True)
+class TableHooks:
+    """What shadow verification needs of the routing table that resolves chains through it,
+    handed over by the table itself (:func:`attach`), so that neither imports the other's
+    insides: the backend that runs one provider, the table's version, an op's chain on a
+    device, the known names of keys, and re-resolving every chain after a change here."""
 
-    if cfg is not None and not register(table.backend):
+    backend: Callable[[], object]
+    version: Callable[[], int]
+    chain: Callable[[str, int], tuple[str, ...]]
+    vocabulary: Callable[[], object]
+    republish: Callable[[], None]
+
+
+_table: TableHooks | None = None
+
+
+def attach(hooks: TableHooks) -> None:
+    """Connect shadow verification to the routing table (the table calls this when it
+    loads)."""
+    global _table
+    _table = hooks
+
+
+def _hooks() -> TableHooks:
+    if _table is None:  # flagos.routing loads the table, which attaches, before any use
+        raise RuntimeError("shadow verification is not attached to a routing table")
+    return _table
+
+
+def _apply(cfg: ShadowConfig | None) -> None:
+    if cfg is not None and not register(_hooks().backend()):
         raise RuntimeError("shadow verification needs the flagos core's dispatcher "
                            "(the routing table is not connected to it)")
     _set(cfg)
@@ -219,11 +246,7 @@ def register(backend: object) -> bool:
 
 
 def _republish() -> None:
-    from . import table
-
-    with table._state.lock:
-        if table._state.ready:
-            table._publish()
+    _hooks().republish()
 
 
 def quarantine_reason(op: str, provider: str) -> str:
@@ -274,16 +297,10 @@ def _op_name(op: torch._ops.OpOverload) -> str:
 def _nondeterministic(op: str) -> bool:
     """Ops whose results are random (dropout, randn_like): a reference cannot agree."""
     try:
-        overload = _overload(op)
+        overload = ops.overload(op)
     except (AttributeError, RuntimeError):
         return True
     return torch.Tag.nondeterministic_seeded in overload.tags
-
-
-def _overload(op: str) -> torch._ops.OpOverload:
-    ns, _, rest = op.partition("::")
-    name, _, overload = rest.partition(".")
-    return getattr(getattr(getattr(torch.ops, ns), name), overload or "default")
 
 
 def _device_of(args: tuple, kwargs: dict) -> int:
@@ -301,15 +318,14 @@ def _sampled(op: str, rate: float) -> bool:
 
 
 def _chain(op: str, device: int) -> tuple[str, ...]:
-    from . import table
-
-    version = table._state.version
+    hooks = _hooks()
+    version = hooks.version()
     if _state.chains_version != version:
         _state.chains, _state.chains_version = {}, version
     key = (op, device)
     chain = _state.chains.get(key)
     if chain is None:
-        chain = table.decide(op, table.device_hals()[device]).chain
+        chain = tuple(hooks.chain(op, device))
         _state.chains[key] = chain
     return chain
 
@@ -375,11 +391,9 @@ def _reference(cfg: ShadowConfig, op: torch._ops.OpOverload, name: str, cpu_args
                cpu_kwargs: dict, device: int) -> tuple[object, tuple, dict]:
     """The reference's results and the reference's view of the written arguments."""
     if cfg.reference != "cpu":
-        from .table import _state as table
-
         move = _to_device(device)
         d_args, d_kwargs = tree_map(move, cpu_args), tree_map(move, cpu_kwargs)
-        out = table.backend.run_provider(cfg.reference, name, d_args, d_kwargs, device)
+        out = _hooks().backend().run_provider(cfg.reference, name, d_args, d_kwargs, device)
         if out is not NotImplemented:
             return out, d_args, d_kwargs
     return _CPU_EQUIVALENT.get(name, op)(*cpu_args, **cpu_kwargs), cpu_args, cpu_kwargs
@@ -399,12 +413,11 @@ def _shadow_call(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> object
 
 def _check(cfg: ShadowConfig, op: torch._ops.OpOverload, name: str, args: tuple,
            kwargs: dict) -> object:
-    from .table import _state as table
-
+    backend = _hooks().backend()
     device = _device_of(args, kwargs)
     cpu_args, cpu_kwargs = tree_map(_to_cpu, args), tree_map(_to_cpu, kwargs)
     for provider in _chain(name, device):
-        out = table.backend.run_provider(provider, name, args, kwargs, device)
+        out = backend.run_provider(provider, name, args, kwargs, device)
         if out is NotImplemented:
             continue
         if provider == cfg.reference:

@@ -151,6 +151,19 @@ def _publish() -> None:
     _state.backend.bump_version()
 
 
+def _republish_if_ready() -> None:
+    with _state.lock:
+        if _state.ready:
+            _publish()
+
+
+def _shadow_hooks() -> shadow.TableHooks:
+    return shadow.TableHooks(
+        backend=lambda: _state.backend, version=lambda: _state.version,
+        chain=lambda op, device: decide(op, device_hals()[device]).chain,
+        vocabulary=lambda: vocabulary(), republish=_republish_if_ready)
+
+
 def _read_env() -> tuple[list[Layer], list[Layer]]:
     vocab = vocabulary()
     base = load_file(DEFAULTS_FILE, vocab)
@@ -435,3 +448,5 @@ def _log_decision(d: Decision, device_index: int) -> None:
             "%s on flagos:%d (%s) -> %s (from %s%s)", d.op, device_index, d.hal,
             " -> ".join(d.chain), source, f"; skipped {skipped}" if skipped else "")
 
+
+shadow.attach(_shadow_hooks())

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import torch
 
+from flagos.routing import ops
+
 __all__ = ["FORMAT", "OpCall", "UnsupportedArgument", "Workload", "decode_value", "encode_value"]
 
 FORMAT = "flagos-workload"
@@ -137,15 +139,6 @@ def decode_value(v: object, device: torch.device, gen: torch.Generator) -> objec
     raise ValueError(f"unknown argument description {v!r:.80} in workload")
 
 
-def _overload(name: str) -> torch._ops.OpOverload:
-    ns, _, rest = name.partition("::")
-    base, _, overload = rest.partition(".")
-    try:
-        return getattr(getattr(getattr(torch.ops, ns), base), overload or "default")
-    except AttributeError:
-        raise ValueError(f"unknown op {name!r} in workload") from None
-
-
 def _tensor_summary(v: object) -> list[str]:
     if isinstance(v, list):
         return [s for x in v for s in _tensor_summary(x)]
@@ -174,7 +167,10 @@ class OpCall:
 
     def overload(self) -> torch._ops.OpOverload:
         """The ATen overload."""
-        return _overload(self.op)
+        try:
+            return ops.overload(self.op)
+        except ValueError:
+            raise ValueError(f"unknown op {self.op!r} in workload") from None
 
     def inputs(self, device: torch.device, seed: int = 0) -> tuple[list, dict]:
         """Fresh arguments on ``device`` (the same values for the same seed)."""
