@@ -2,7 +2,7 @@
 # Builds flagos against the GPU machine's own torch and runs the CUDA checks, logging under
 # $OUT (the device tool's output folder). Wheels the machine lacks are carried in .whl/
 # (tools/fetch_gpu_wheels.sh fetches them; name .whl in the run's carry).
-# Usage: tools/gpu_check.sh STEP...   steps: build conformance demo bench model sweep tests routes
+# Usage: tools/gpu_check.sh STEP...   steps: build conformance demo bench model sweep suite tests routes
 #        cuda-faults nox compile dist profile gems gems-tests gems-bench gems-model gems-sweep zoo zoo-gems native
 #        tune tune-tests quant quant-sweep mxfp4 faults
 set -uo pipefail
@@ -54,6 +54,16 @@ for s in "$@"; do
              --max-samples 3 --jobs 14 --json "$OUT/sweep-cuda.json" > "$OUT/sweep.log" 2>&1; tail -40 "$OUT/sweep.log" ;;
     nox) step nox; PIP_NO_INDEX=1 PIP_FIND_LINKS="$PWD/.whl" timeout 580 python3 -m nox -s "tests(hw='cuda')" \
              2>&1 | tee "$OUT/nox.log" | tail -40 ;;
+    # Everything the cuda suite's done-criteria need in one 10-minute command: build, then
+    # the suite with what time is left (SUITE_BUDGET s from the start, default 540), the
+    # fault sweep beside it. FLAGOS_COMMIT names the commit in the tables (no .git there).
+    suite) step suite; t0=$(date +%s)
+      "$0" build
+      left=$(( ${SUITE_BUDGET:-540} - ($(date +%s) - t0) ))
+      echo "suite: ${left} s left after the build"
+      ( FAULT_FIRST=${FAULT_FIRST:-3} "$0" cuda-faults > /tmp/cuda-faults.out 2>&1 ) &
+      SUITE_TIMEOUT=$(( left - 25 )) SUITE_XDIST=${SUITE_XDIST:-4} "$0" tests
+      wait; tail -14 /tmp/cuda-faults.out ;;
     # The cuda suite: every test folder on the cuda HAL (one pytest each, as the noxfile
     # runs them), SUITE_JOBS folders at a time, each within SUITE_TIMEOUT s; JUnit files and
     # logs in $OUT/cuda-suite.tgz, the table in $OUT/cuda-suite.json (docs/benchmarks.md).
