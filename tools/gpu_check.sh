@@ -59,6 +59,8 @@ for s in "$@"; do
     # fault sweep beside it. FLAGOS_COMMIT names the commit in the tables (no .git there).
     suite) step suite; t0=$(date +%s)
       "$0" build
+      # the device tool brings back few files: the build logs go back as one
+      (cd "$OUT" && tar czf build-logs.tgz build-*.log && rm -f build-*.log)
       left=$(( ${SUITE_BUDGET:-540} - ($(date +%s) - t0) ))
       echo "suite: ${left} s left after the build"
       ( FAULT_FIRST=${FAULT_FIRST:-3} "$0" cuda-faults > /tmp/cuda-faults.out 2>&1 ) &
