@@ -32,3 +32,19 @@ def test_registers_after_dynamo_is_imported_not_before() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
                          timeout=300)
     assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stdout + out.stderr
+
+
+def test_backend_name_first_thing_in_a_fresh_process() -> None:
+    """backend="flagos" as the first use of torch.compile: torch loads the backend's entry
+    point, whose import registers flagos; the name is registered once, by torch."""
+    code = (
+        "import importlib.metadata as md, torch\n"
+        "eps = [e for e in md.entry_points(group='torch_dynamo_backends') if e.name == 'flagos']\n"
+        "m = torch.nn.Linear(4, 4).to('flagos')\n"
+        "x = torch.randn(2, 4, device='flagos')\n"
+        "y = torch.compile(m, backend='flagos')(x)\n"
+        "torch.testing.assert_close(y.cpu(), m(x).cpu())\n"
+        "print('ok', len(eps))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
+                         timeout=300)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stdout + out.stderr[-3000:]

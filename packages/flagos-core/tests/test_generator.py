@@ -37,7 +37,7 @@ def test_seed_and_seed_all(device0):
     s = F.seed()
     assert F.initial_seed() == s
     F.seed_all()
-    assert len({g.initial_seed() for g in F.default_generators()}) == 1
+    assert len({g.initial_seed() for g in F.default_generators}) == 1
 
 
 def test_rng_state_round_trip(two_devices, device0):
@@ -159,3 +159,18 @@ def test_checkpointed_dropout_recomputes_the_same_mask(device0, reentrant):
     assert all(torch.equal(m, masks[0]) for m in masks)
     if reentrant:
         assert len(masks) == 2  # the forward and its recomputation
+
+
+def test_default_generators_is_a_tuple_as_in_torch_cuda():
+    """torch indexes ``torch.<device>.default_generators`` (torch._prims.rng_prims)."""
+    gens = torch.flagos.default_generators
+    assert isinstance(gens, tuple) and len(gens) == torch.flagos.device_count()
+    assert all(g.device == torch.device("flagos", i) for i, g in enumerate(gens))
+    gens[0].manual_seed(7)
+    a = torch.rand(4, device="flagos:0")
+    torch.flagos.default_generators[0].manual_seed(7)
+    assert torch.equal(torch.rand(4, device="flagos:0").cpu(), a.cpu())
+
+
+def test_init_is_torch_cuda_init():
+    torch.flagos.init()  # a device is there: nothing to do, no error

@@ -146,12 +146,17 @@ def flagos_backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
 
 
 def register_backend() -> None:
-    """Make ``backend="flagos"`` known to torch.compile."""
-    from torch._dynamo.backends.registry import lookup_backend, register_backend
+    """Make ``backend="flagos"`` known to torch.compile.
 
-    try:
-        if lookup_backend("flagos") is flagos_backend:
-            return
-    except Exception:  # noqa: BLE001,S110 - not registered yet
-        pass
+    Installed, flagos-compile declares the backend in torch's ``torch_dynamo_backends``
+    entry points, and torch registers it itself when it first looks the name up (loading
+    the entry point imports this package, which registers flagos: registering the name
+    here as well would make torch's own registration fail as a duplicate). Only where
+    torch does not know the name (the package on the path, not installed) is it
+    registered here."""
+    from torch._dynamo import list_backends
+    from torch._dynamo.backends.registry import register_backend
+
+    if "flagos" in list_backends(exclude_tags=()):
+        return
     register_backend(flagos_backend, name="flagos")

@@ -15,7 +15,7 @@ from flagos import _C
 __all__ = [
     "Event", "Stream", "current_device", "current_stream", "default_stream", "device",
     "device_count", "device_fault", "empty_cache", "get_amp_supported_dtype", "get_device_name",
-    "get_device_properties", "get_rng_state", "get_rng_state_all", "initial_seed",
+    "get_device_properties", "get_rng_state", "get_rng_state_all", "init", "initial_seed",
     "is_available", "is_initialized", "manual_seed", "manual_seed_all", "max_memory_allocated",
     "max_memory_reserved", "mem_get_info", "memory_allocated", "memory_reserved",
     "memory_snapshot", "memory_stats", "memory_summary", "reset_accumulated_memory_stats",
@@ -69,6 +69,10 @@ def __getattr__(name: str) -> object:
     # recomputation would draw other dropout masks than its forward.
     if name == "_initialized":
         return _C._hals_initialized()
+    # torch.cuda.default_generators' counterpart: a tuple, one generator per device, which
+    # torch itself indexes (torch._prims.rng_prims).
+    if name == "default_generators":
+        return _default_generators()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -79,6 +83,15 @@ def _is_in_bad_fork() -> bool:
 
 def _lazy_init() -> None:
     """Kept for torch internals that call ``torch.<backend>._lazy_init``."""
+
+
+def init() -> None:
+    """``torch.cuda.init``'s counterpart. flagos initializes when it is imported; this
+    raises when no flagos device is usable, naming the loaded HALs."""
+    if device_count() == 0:
+        hals = ", ".join(f"{h['name']} ({h['version']})" for h in _C._hal_info()) or "none"
+        raise RuntimeError(f"flagos: no device is available; HALs loaded: {hals}. Set "
+                           "FLAGOS_HAL to a HAL whose runtime and devices are present")
 
 
 def device_count() -> int:
@@ -244,8 +257,7 @@ def stream(s: torch.Stream | None) -> Iterator[None]:
 
 # ---- random numbers -----------------------------------------------------------------
 
-def default_generators() -> tuple[torch.Generator, ...]:
-    """The default generator of every flagos device."""
+def _default_generators() -> tuple[torch.Generator, ...]:
     return tuple(_C._default_generator(i) for i in range(device_count()))
 
 
@@ -256,7 +268,7 @@ def manual_seed(seed: int) -> None:
 
 def manual_seed_all(seed: int) -> None:
     """Seed every flagos device's default generator."""
-    for g in default_generators():
+    for g in _default_generators():
         g.manual_seed(int(seed))
 
 
@@ -288,12 +300,12 @@ def set_rng_state(state: torch.Tensor, dev: DeviceLike = None) -> None:
 
 def get_rng_state_all() -> list[torch.Tensor]:
     """Every device's generator state."""
-    return [g.get_state() for g in default_generators()]
+    return [g.get_state() for g in _default_generators()]
 
 
 def set_rng_state_all(states: list[torch.Tensor]) -> None:
     """Restore every device's generator state."""
-    for g, s in zip(default_generators(), states, strict=True):
+    for g, s in zip(_default_generators(), states, strict=True):
         g.set_state(s.cpu())
 
 

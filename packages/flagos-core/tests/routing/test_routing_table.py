@@ -271,8 +271,13 @@ def test_explain(backend, installed) -> None:
     assert f"from [hal.cuda] default at {routing.table.DEFAULTS_FILE}:{_cuda_default()}\n" in text
     e = routing.explain("aten::add.Tensor")
     assert [d.provider for d in e.devices] == ["boxing", "boxing"]  # gems is opt-in
-    with pytest.raises(routing.UnknownOpError, match="'aten::add.Scalar', 'aten::add.Scalar_out'"):
-        routing.explain("aten::add")
+    # a whole op, as a routing key names it: every overload explained
+    whole = routing.explain("aten::add")
+    assert isinstance(whole, routing.OpExplanation) and whole.op == "aten::add"
+    names = [e.op for e in whole.overloads]
+    assert "aten::add.Tensor" in names and "aten::add.Scalar" in names and names == sorted(names)
+    assert str(whole).startswith(f"aten::add: {len(names)} overloads\n")
+    assert "aten::add.Tensor (routing table version" in str(whole)
     with pytest.raises(ValueError, match="did you mean 'aten::mm'"):
         routing.explain("aten::mmm")
     routing.set_backend(None)

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from . import ops, shadow, table
 from .table import Decision, _state
 
-__all__ = ["DeviceRoute", "Explanation", "UnknownOpError", "explain", "reset_stats", "stats"]
+__all__ = ["DeviceRoute", "Explanation", "OpExplanation", "UnknownOpError", "explain",
+           "reset_stats", "stats"]
 
 
 class UnknownOpError(ValueError):
@@ -62,14 +63,31 @@ class Explanation:
                           *(str(d) for d in self.devices)])
 
 
-def explain(op: str) -> Explanation:
+@dataclass(frozen=True)
+class OpExplanation:
+    """:func:`explain` of a whole op without a default overload (``aten::softmax``, a
+    routing key as much as an overload is): one :class:`Explanation` per overload."""
+
+    op: str
+    overloads: tuple[Explanation, ...]
+
+    def __str__(self) -> str:
+        return "\n".join([f"{self.op}: {len(self.overloads)} overloads",
+                          *(str(e) for e in self.overloads)])
+
+
+def explain(op: str) -> Explanation | OpExplanation:
     """Which provider serves ``op`` on each flagos device, and why: the entry that matched
     and where it was written, each chain entry skipped with the reason, the final chain.
 
-    ``op`` is an op name: ``aten::mm``, ``aten::add.Tensor`` (``aten::add`` has no default
-    overload, so it raises). Raises :class:`UnknownOpError` with the closest names.
+    ``op`` is an op name (``aten::mm``, ``aten::add.Tensor``) or, as in a routing key, a
+    whole op: ``aten::softmax`` (no default overload) gives an :class:`OpExplanation`, one
+    explanation per overload. Raises :class:`UnknownOpError` with the closest names.
     """
     if not ops.is_op(op):
+        names = ops.overloads(op)
+        if names:
+            return OpExplanation(op, tuple(explain(n) for n in names))
         raise UnknownOpError(op, ops.suggest(op, whole_ops=False))
     version = table.version()
     hals = table.device_hals()

@@ -97,6 +97,14 @@ def is_key(key: str) -> bool:
     return _known(key, "bases") if kind == "op" else is_op(key)
 
 
+def overloads(op: str) -> list[str]:
+    """The registered op names of whole op ``op`` (``aten::softmax`` ->
+    ``aten::softmax.int``, ``aten::softmax.int_out``), sorted; [] when it has none."""
+    if not _known(op, "bases"):
+        return []
+    return sorted(name for name in _names if split(name)[0] == op)
+
+
 def suggest(word: str, *, whole_ops: bool = True, n: int = 3) -> list[str]:
     """The closest registered op names (and whole-op names) to ``word``."""
     if not _names:
