@@ -7,8 +7,11 @@ callback through Dynamo's ``on_compile_start`` extension point, and that callbac
 registers flagos-compile. Registering from inside an import would be fragile:
 ``torch._dynamo`` is often imported halfway through ``torch._inductor`` or ``torch.fx``
 modules, and registration imports those. At the start of a compilation no import is in
-progress. ``import flagos_compile`` still registers eagerly. This module lives outside
-the package so that loading it does not import the package.
+progress. ``torch.compiler.reset()`` clears those callbacks; until flagos-compile has
+registered, this plugin keeps its callback across a reset (it wraps the callback
+handler's ``clear``: docs/architecture.md, "Patches of torch internals"). ``import
+flagos_compile`` still registers eagerly. This module lives outside the package so that
+loading it does not import the package.
 """
 
 from __future__ import annotations
@@ -32,6 +35,23 @@ def _register(_args: object = None) -> None:
 def _on_compile_start(dynamo) -> None:  # dynamo: the torch._dynamo module
     # Only touches what torch._dynamo's own import has loaded: no import happens here.
     dynamo.callback.on_compile_start(_register)
+    handler = getattr(dynamo.callback, "callback_handler", None)
+    if handler is None or not callable(getattr(handler, "clear", None)):
+        return
+    # torch.compiler.reset() clears every compile-start callback: a process that resets
+    # before its first compilation (test suites do, in their set-up) would never register.
+    # Until flagos-compile has registered, the handler's clear puts this callback back.
+    clear = handler.clear
+
+    def clear_then_keep_registering() -> None:
+        clear()
+        package = sys.modules.get("flagos_compile")  # not imported: not registered
+        if package is not None and package.is_registered():
+            handler.clear = clear  # registered: torch's own clear from now on
+        else:
+            dynamo.callback.on_compile_start(_register)
+
+    handler.clear = clear_then_keep_registering
 
 
 class _RegisterAfterDynamo(importlib.abc.MetaPathFinder):

@@ -48,3 +48,27 @@ def test_backend_name_first_thing_in_a_fresh_process() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
                          timeout=300)
     assert out.returncode == 0 and "ok" in out.stdout, out.stdout + out.stderr[-3000:]
+
+
+def test_a_reset_before_the_first_compilation_still_registers() -> None:
+    """torch.compiler.reset() clears Dynamo's compile-start callbacks; test suites call it
+    in their set-up, before any compilation."""
+    code = "\n".join([
+        "import sys",
+        f"sys.path.insert(0, {str(PKG_PYTHON)!r})",
+        "import torch, flagos",
+        "import _flagos_compile_lazy as lazy",
+        "lazy.install()",
+        "torch.compiler.reset()",
+        "assert 'flagos_compile' not in sys.modules, 'registered too early'",
+        "m = torch.nn.Linear(8, 8).to('flagos')",
+        "x = torch.randn(4, 8, device='flagos')",
+        "y = torch.compile(m)(x)",
+        "torch.testing.assert_close(y.cpu(), m(x).cpu())",
+        "torch.compiler.reset()",  # after registering: torch's own clear again
+        "torch.testing.assert_close(torch.compile(m)(x).cpu(), m(x).cpu())",
+        "print('ok')",
+    ])
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False,
+                         timeout=300)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stdout + out.stderr[-3000:]
