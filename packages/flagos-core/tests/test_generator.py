@@ -174,3 +174,22 @@ def test_default_generators_is_a_tuple_as_in_torch_cuda():
 
 def test_init_is_torch_cuda_init():
     torch.flagos.init()  # a device is there: nothing to do, no error
+
+
+def test_a_generator_of_another_device_is_refused_as_torch_does():
+    """torch checks a generator's device against the op's ("Expected a 'cuda' device type
+    for generator but found 'cpu'"); through flagos as well, both ways round, rather than
+    drawing from a generator of another device."""
+    g = torch.Generator("flagos")
+    with pytest.raises(RuntimeError, match="Expected a 'cpu' device type for generator but found 'flagos'"):
+        torch.randn(3, generator=g)
+    with pytest.raises(RuntimeError, match="Expected a 'flagos' device type for generator but found 'cpu'"):
+        torch.randn(3, generator=torch.Generator("cpu"), device="flagos")
+    x = torch.zeros(4, device="flagos")
+    with pytest.raises(RuntimeError, match="Expected a 'flagos' device type for generator"):
+        x.normal_(generator=torch.Generator())
+    assert torch.equal(x.cpu(), torch.zeros(4))  # the refused op wrote nothing
+    g.manual_seed(3)
+    a = torch.randn(3, generator=g, device="flagos")
+    g.manual_seed(3)
+    assert torch.equal(torch.randn(3, generator=g, device="flagos").cpu(), a.cpu())

@@ -15,6 +15,7 @@
 #include "dispatch/foreign_kernels.h"
 #include "dispatch/op_clock.h"
 #include "dispatch/python_bridge.h"
+#include "dispatch/twin_call.h"
 #include "runtime/hal.h"
 
 namespace flagos {
@@ -53,6 +54,7 @@ struct Route {
 // changes, so they are few).
 struct OpState {
   std::string name;
+  int generator_arg = -1;  // the position of its Generator? argument, -1: none
   std::mutex mutex;  // guards counters creation and re-resolution
   std::unordered_map<std::string, std::unique_ptr<Counters>> counters;
   std::array<std::atomic<const Route*>, 64> routes{};
@@ -60,6 +62,12 @@ struct OpState {
 };
 
 namespace {
+
+void check_type(c10::DeviceType found, c10::DeviceType wanted) {
+  TORCH_CHECK(found == wanted, "Expected a '", c10::DeviceTypeName(wanted, /*lower_case=*/true),
+              "' device type for generator but found '",
+              c10::DeviceTypeName(found, /*lower_case=*/true), "'");
+}
 
 std::atomic<uint64_t> g_version{1};
 std::shared_mutex g_providers_mutex;
@@ -80,6 +88,10 @@ OpState& op_state_slow(const c10::OperatorHandle& op, const c10::OperatorName* k
   if (!slot) {
     slot = std::make_unique<OpState>();
     slot->name = op_full_name(op);
+    const auto& args = op.schema().arguments();
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (is_optional_generator(args[i])) slot->generator_arg = static_cast<int>(i);
+    }
   }
   return *slot;
 }
@@ -164,6 +176,32 @@ c10::DeviceIndex infer_device(const c10::OperatorHandle& op, const torch::jit::S
   return from_device_arg.value_or(current_device());
 }
 
+// A generator must be of the device an op runs on, as torch checks natively ("Expected a
+// 'cuda' device type for generator but found 'cpu'"): a CPU generator on flagos tensors,
+// or a flagos generator on a CPU factory op (which reaches flagos only through the
+// generator's dispatch key), would otherwise draw from a generator of another device.
+void check_generator_device(const c10::OperatorHandle& op, const torch::jit::Stack& stack,
+                            int generator_arg) {
+  size_t n = op.schema().arguments().size();
+  const auto& g = stack[stack.size() - n + generator_arg];
+  if (!g.isGenerator()) return;
+  c10::DeviceType found = g.toGenerator().device().type();
+  std::optional<c10::DeviceType> wanted;  // flagos wins; else a Device argument; else tensors
+  for (size_t i = stack.size() - n; i < stack.size(); ++i) {
+    const auto& v = stack[i];
+    if (v.isTensor() && v.toTensor().defined()) {
+      auto type = v.toTensor().device().type();
+      if (type == c10::DeviceType::PrivateUse1) return check_type(found, type);
+      if (!wanted) wanted = type;
+    } else if (v.isDevice()) {
+      auto type = v.toDevice().type();
+      if (type == c10::DeviceType::PrivateUse1) return check_type(found, type);
+      wanted = type;
+    }
+  }
+  check_type(found, wanted.value_or(c10::DeviceType::CPU));
+}
+
 bool run_provider(const Provider& p, const c10::OperatorHandle& op, torch::jit::Stack* stack,
                   c10::DeviceIndex device) {
   switch (p.kind) {
@@ -205,6 +243,7 @@ void run_routed(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::
   auto device = infer_device(op, *stack);
   hal_device(device);  // validates the index with a clear error
   OpState& st = op_state(op);
+  if (st.generator_arg >= 0) check_generator_device(op, *stack, st.generator_arg);
   const Route* route = current_route(st, device);
   for (size_t i = 0; i < route->chain.size(); ++i) {
     if (run_counted(*route->chain[i], route->counters[i], op, stack, device)) return;
