@@ -68,6 +68,41 @@ def test_backend_flagos_leaves_kernel_routed_ops_to_the_table(counting_tanh) -> 
         assert_close(out, f(x.cpu()))
 
 
+class CountingArith(flagos.routing.Provider):
+    """Counts the add/mul/sub/div/clamp calls it sees (Python scalars among their
+    arguments), then declines them."""
+
+    name = "test_compile_arith"
+    calls = 0
+
+    def serves(self, op: str) -> bool:
+        return op.split(".")[0] in ("aten::add", "aten::mul", "aten::sub", "aten::div",
+                                     "aten::clamp", "aten::pow")
+
+    def __call__(self, op, args, kwargs):
+        CountingArith.calls += 1
+        return NotImplemented
+
+
+def g(x: torch.Tensor) -> torch.Tensor:
+    return (((x + 1.0) * 2 - 0.5) / 4.0).clamp(min=-0.25).pow(2)
+
+
+def test_python_scalars_reach_kernel_routed_ops() -> None:
+    """x + 1.0 in a compiled graph is aten.add.Tensor with a float where the schema says
+    Tensor: the opaque twin that leaves it to the routing table declares it a Scalar."""
+    flagos.routing.register_provider(CountingArith())
+    x = torch.randn(16, device="flagos")
+    route = ["test_compile_arith", "boxing", "cpu"]
+    keys = ("aten::add", "aten::mul", "aten::sub", "aten::div", "aten::clamp", "aten::pow")
+    with flagos.routing.override(dict.fromkeys(keys, route)):
+        CountingArith.calls = 0
+        out, (code, *_) = run_and_get_code(torch.compile(g, backend="flagos"), x)
+        assert "torch.ops.flagos_routed.add__Tensor__scalar_other.default" in code, code
+        assert CountingArith.calls >= 4
+        assert_close(out, g(x.cpu()))
+
+
 def test_backend_flagos_compiles_twin_routed_ops(counting_tanh) -> None:
     # With the shipped routes (boxing) there is nothing to leave out: tanh is fused into a
     # C++ kernel on sim, a Triton kernel on a CUDA twin.

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -31,7 +32,7 @@ TWIN_PROVIDERS = frozenset({"boxing", "cpu"})
 
 _NS = "flagos_routed"
 _lib: torch.library.Library | None = None
-_wrappers: dict[OpOverload, OpOverload] = {}
+_wrappers: dict[tuple[OpOverload, frozenset[str]], OpOverload] = {}
 
 
 def _device_index(example_inputs: Sequence[Any]) -> int | None:
@@ -62,12 +63,15 @@ def _functional(op: OpOverload) -> bool:
     return not s.is_mutable and all(a.alias_info is None for a in (*s.arguments, *s.returns))
 
 
-def routed_op(op: OpOverload) -> OpOverload:
+def routed_op(op: OpOverload, scalars: frozenset[str] = frozenset()) -> OpOverload:
     """An opaque twin of ``op`` (same schema, namespace ``flagos_routed``): Inductor has no
     lowering for it and so calls it as a fallback, and it calls ``op`` itself, which the
-    flagos dispatcher routes."""
+    flagos dispatcher routes. ``scalars`` names the ``Tensor`` arguments that a call site
+    passes a Python number (``x + 1.0``: ATen takes it, a custom op's ``Tensor`` would
+    not): the twin declares them ``Scalar``."""
     global _lib
-    w = _wrappers.get(op)
+    key = (op, scalars)
+    w = _wrappers.get(key)
     if w is not None:
         return w
     if _lib is None:
@@ -75,6 +79,12 @@ def routed_op(op: OpOverload) -> OpOverload:
     base = op._schema.name.split("::", 1)[1]
     name = f"{base}__{op._overloadname}" if op._overloadname != "default" else base
     schema = str(op._schema).split("(", 1)[1]
+    if scalars:
+        name += "__scalar_" + "_".join(sorted(scalars))
+        params, rest = schema.split(") ->", 1)
+        for arg in sorted(scalars):
+            params = re.sub(rf"\bTensor {re.escape(arg)}\b", f"Scalar {arg}", params)
+        schema = params + ") ->" + rest
     _lib.define(f"{name}({schema}", tags=(torch.Tag.pt2_compliant_tag,))
 
     def call(*args: Any, **kwargs: Any) -> Any:
@@ -82,8 +92,18 @@ def routed_op(op: OpOverload) -> OpOverload:
 
     _lib.impl(name, call, "CompositeExplicitAutograd")
     w = getattr(getattr(torch.ops, _NS), name).default
-    _wrappers[op] = w
+    _wrappers[key] = w
     return w
+
+
+def _scalar_tensor_arguments(node: torch.fx.Node, op: OpOverload) -> frozenset[str]:
+    """The ``Tensor`` arguments of ``op`` that this call passes a Python number."""
+    found = []
+    for i, arg in enumerate(op._schema.arguments):
+        value = node.args[i] if i < len(node.args) else node.kwargs.get(arg.name)
+        if isinstance(value, (bool, int, float)) and isinstance(arg.type, torch.TensorType):
+            found.append(arg.name)
+    return frozenset(found)
 
 
 def _route_graph(gm: torch.fx.GraphModule, device_index: int) -> list[str]:
@@ -94,7 +114,7 @@ def _route_graph(gm: torch.fx.GraphModule, device_index: int) -> list[str]:
         if (node.op == "call_function" and isinstance(t, OpOverload)
                 and t.namespace in ("aten", "prims") and _functional(t)
                 and kernel_routed(t, device_index)):
-            node.target = routed_op(t)
+            node.target = routed_op(t, _scalar_tensor_arguments(node, t))
             routed.append(t.name())
     if routed:
         gm.recompile()
