@@ -34,7 +34,7 @@ TRITON_CPU = "triton==3.6.0"
 FLAG_GEMS_CUDA = ["flag-gems>=5.0.2,<5.1", "sqlalchemy>=2.0"]
 # The model zoo (integration_tests/models): the library ranges it is tested with. Neither
 # library depends on torch, so installing them leaves the session's torch as it is.
-MODEL_ZOO = ["transformers>=5.17,<5.24", "diffusers>=0.42,<0.43",
+MODEL_ZOO = ["transformers>=5.17,<5.26", "diffusers>=0.42,<0.43",
              # from_pretrained(..., device_map="flagos") (flagos-quant's checkpoint tests)
              "accelerate>=1.0,<2"]
 # compressed-tensors: only for flagos-quant's tests that a compressed-tensors checkpoint

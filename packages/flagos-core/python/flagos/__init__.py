@@ -28,5 +28,9 @@ from flagos._plugins import load_plugins as _load_plugins
 
 _load_plugins()
 
+from flagos._transformers_kernels import install as _install_transformers_kernels
+
+_install_transformers_kernels()
+
 __version__ = "0.1.0"
 del torch

@@ -26,6 +26,9 @@ Kernels: :class:`DefaultGeneratorLent` (the flagos generator lent to a twin kern
 Routing and manifest files with ``file:line`` errors: :class:`KeyLocator`,
 :class:`Where`, :func:`syntax_error`, :func:`type_name`.
 
+Adapting libraries flagos does not depend on, only in processes that import them:
+:func:`after_import`.
+
 Compiled code and graph runtimes: :func:`empty_strided`, :func:`sync_for_host_access`,
 :func:`current_raw_stream`, :class:`CompiledDeviceGuard`, :class:`Graph`,
 :func:`graph_formats`, :func:`hal_info`, :func:`device_properties`,
@@ -37,11 +40,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from flagos import _C
+from flagos._after_import import after_import
 from flagos.routing.config import KeyLocator, Where, syntax_error, type_name
 
 __all__ = [
     "API_VERSION", "CompiledDeviceGuard", "DefaultGeneratorLent", "Graph", "KeyLocator",
-    "Where", "current_raw_stream", "device_properties", "device_results",
+    "Where", "after_import", "current_raw_stream", "device_properties", "device_results",
     "device_results_allowed", "empty_strided", "extension_path", "graph_formats", "hal_info",
     "register_engine_provider", "register_external_provider", "register_foreign_provider",
     "results_in_flagos_memory", "route_ops_as_themselves", "routed_kernel_ops",

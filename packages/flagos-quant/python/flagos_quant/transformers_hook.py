@@ -19,8 +19,6 @@ registers ``modelopt`` itself keeps its own.
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
 import sys
 import threading
 import warnings
@@ -122,38 +120,21 @@ def _classes() -> tuple[type, type]:
     return ModelOptConfig, ModelOptQuantizer
 
 
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Finds transformers' quantizer registry through the other finders and registers
-    right after that module has run."""
-
-    def find_spec(self, name, path, target=None):
-        if name != _REGISTRY_MODULE:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(name, path, target)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        run = spec.loader.exec_module
-
-        def exec_module(module):
-            run(module)
-            sys.meta_path[:] = [f for f in sys.meta_path if f is not self]
-            try:
-                register()
-            except Exception as e:  # noqa: BLE001 - never break transformers' import
-                global registered
-                registered = f"failed: {type(e).__name__}: {e}"
-                warnings.warn(f"flagos-quant: registering the ModelOpt quantizer with "
-                              f"transformers failed: {e!r}", RuntimeWarning, stacklevel=2)
-
-        spec.loader.exec_module = exec_module
-        return spec
+def _register_after_import(_module: object) -> None:
+    global registered
+    try:
+        register()
+    except Exception as e:
+        registered = f"failed: {type(e).__name__}: {e}"
+        raise  # after_import warns; transformers' import goes on
 
 
 def install() -> None:
     """Entry point of group ``flagos.plugins``: register now if transformers' registry is
     imported already, else when it is."""
+    from flagos.provider_api import after_import
+
     if _REGISTRY_MODULE in sys.modules:
         register()
         return
-    if not any(isinstance(f, _AfterImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _AfterImport())
+    after_import(_REGISTRY_MODULE, _register_after_import)
