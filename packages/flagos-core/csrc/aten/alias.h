@@ -7,6 +7,8 @@
 #include <c10/core/Stream.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include "runtime/twin.h"
+
 namespace flagos {
 
 // A defined tensor on a flagos device.
@@ -24,15 +26,6 @@ inline bool same_ints(c10::IntArrayRef a, c10::IntArrayRef b) {
   return true;
 }
 
-// The twin device type of a flagos device, or nullopt when its memory is opaque.
-std::optional<c10::DeviceType> twin_device_type(c10::DeviceIndex device);
-// The index of the twin device (cuda:N) of a flagos device, or -1 (CPU twin or none).
-c10::DeviceIndex twin_device_index(c10::DeviceIndex device);
-// The twin device (cuda:N) of a flagos device whose memory a native *device* addresses;
-// nullopt for a CPU twin (host memory) or none. Work for such a device runs there in place.
-std::optional<c10::Device> device_twin(c10::DeviceIndex device);
-// True when the memory of this flagos device can be read by the CPU in place.
-bool host_addressable(c10::DeviceIndex device);
 // `t` (on flagos) viewed as a tensor of `twin`, same sizes, strides, offset and bytes.
 // The alias keeps `t`'s storage alive. Resizable: a kernel may reallocate it (out=).
 at::Tensor alias_as(const at::Tensor& t, c10::Device twin);

@@ -8,8 +8,8 @@
 #include <cstring>
 #include <mutex>
 
-#include "aten/alias.h"
 #include "runtime/hal.h"
+#include "runtime/twin.h"
 
 namespace flagos {
 

@@ -6,9 +6,9 @@
 
 #include <atomic>
 
-#include "aten/alias.h"
 #include "runtime/generator.h"
 #include "runtime/hal.h"
+#include "runtime/twin.h"
 #include "runtime/host_allocator.h"
 #include "runtime/resize.h"
 
