@@ -8,9 +8,9 @@
 
 #include "runtime/generator.h"
 #include "runtime/hal.h"
-#include "runtime/twin.h"
 #include "runtime/host_allocator.h"
 #include "runtime/resize.h"
+#include "runtime/twin.h"
 
 namespace flagos {
 namespace {

@@ -24,9 +24,7 @@ bool aliasing_disabled() {
   }();
   return disabled;
 }
-}  // namespace
 
-namespace {
 // What a device's HAL says about its twin never changes: asked once per device, since the
 // engines ask on every op. kind: 0 none, 1 CPU, 2 CUDA; -1 not asked yet.
 struct TwinInfo {
