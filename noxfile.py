@@ -249,12 +249,14 @@ def conformance(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff over the whole tree; no private part of flagos-core used outside it
     (tools/check_private_imports.py); the HAL line counts in the docs up to date
-    (tools/hal_line_counts.py); docs/benchmarks.md and README.md's summary up to date
+    (tools/hal_line_counts.py); core's C++ laid out as docs/architecture.md says
+    (tools/check_core_layout.py); docs/benchmarks.md and README.md's summary up to date
     with docs/bench/results (they are generated: tools/bench_report.py); the docs free of
     issue numbers and of sittings of work (tools/check_docs.py)."""
     session.install("ruff")
     session.run("ruff", "check", ".")
     session.run("python", "tools/check_private_imports.py")
+    session.run("python", "tools/check_core_layout.py")
     session.run("python", "tools/hal_line_counts.py", "--check")
     session.run("python", "tools/bench_report.py", "--check")
     session.run("python", "tools/check_docs.py")

@@ -6,17 +6,15 @@
 #include <torch/extension.h>
 
 #include "aten/alias.h"
-#include "aten/device_results.h"
-#include "aten/host_results.h"
 #include "compiled_code.h"
-#include "dispatch/cpu_dtype_gaps.h"
-#include "dispatch/default_generator.h"
-#include "dispatch/dispatcher.h"
-#include "dispatch/launch_cache.h"
-#include "dispatch/provider_call.h"
-#include "dispatch/routed_as_themselves.h"
-#include "dispatch/twin_call.h"
+#include "engines/cpu/cpu_engine.h"
+#include "engines/external/external_engine.h"
+#include "engines/launch/launch_cache.h"
+#include "engines/twin/twin_engine.h"
 #include "graph/graph.h"
+#include "router/dispatcher.h"
+#include "router/provider_call.h"
+#include "router/routed_as_themselves.h"
 #include "runtime/allocator.h"
 #include "runtime/device_fault.h"
 #include "runtime/generator.h"
@@ -96,7 +94,7 @@ PYBIND11_MODULE(_C, m) {
                                          : flagos::device_results_on(*twin);
   }, py::arg("d") = 0);
   // Extension ops ("ns::name") whose twin kernels allocate only through tensor factories:
-  // their results are made in flagos memory on a device twin too (dispatch/twin_call.h).
+  // their results are made in flagos memory on a device twin too (engines/twin/twin_call.h).
   // All names are checked before any is declared. An op may be declared before it is
   // defined (it is looked up by name at each call).
   m.def("_allow_device_results", [](const std::vector<std::string>& ops) {
@@ -172,7 +170,7 @@ PYBIND11_MODULE(_C, m) {
     }
     return out;
   });
-  // dispatch/default_generator.h; a context manager
+  // engines/twin/default_generator.h; a context manager
   struct DefaultGeneratorLentScope {
     at::Generator lent;
     c10::Device twin;
@@ -246,6 +244,7 @@ PYBIND11_MODULE(_C, m) {
     flagos::register_provider(name, k, fn.is_none() ? nullptr : fn.ptr());
   }, py::arg("name"), py::arg("kind"), py::arg("fn") = py::none());
   m.def("_providers", &flagos::registered_providers);
+  m.def("_provider_engines", &flagos::provider_engines);
   m.def("_run_provider", &flagos::run_provider_from_python, py::arg("provider"), py::arg("op"),
         py::arg("args"), py::arg("kwargs"), py::arg("device"));
   m.def("_routed_kernel_ops", &flagos::routed_kernel_ops);
@@ -257,7 +256,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_routing_stats", &flagos::routing_stats);
   m.def("_reset_routing_stats", &flagos::reset_routing_stats);
 
-  // The launch cache (dispatch/launch_cache.h; flagos/launch_cache.py).
+  // The launch cache (engines/launch/launch_cache.h; flagos/launch_cache.py).
   m.def("_launch_cache_register", [](const std::string& op, const std::string& key, py::object fn) {
     flagos::register_launch_cached_op(op, key, flagos::PyObjectRef(fn.ptr()));
   });

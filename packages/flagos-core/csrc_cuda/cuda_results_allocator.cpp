@@ -1,4 +1,4 @@
-// The CUDA side of device results (csrc/aten/device_results.h): an allocator that wraps
+// The CUDA side of device results (csrc/engines/twin/device_results.h): an allocator that wraps
 // torch's CUDA caching allocator. Every call is forwarded to the wrapped allocator, except
 // allocate() inside a DeviceResultsOnFlagos scope on its twin device, which takes flagos
 // memory. It registers itself as CUDA's device-results installer; built only against a
@@ -23,7 +23,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <torch/version.h>
 
-#include "aten/device_results.h"
+#include "engines/twin/device_results.h"
 
 // The releases whose interface tools/check_cuda_allocator.py found forwarded in full (it
 // preprocesses this file against any release, defining the macro to pass this check).

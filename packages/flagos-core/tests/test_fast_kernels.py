@@ -1,4 +1,4 @@
-"""The unboxed kernels of hot ops (csrc/dispatch/fast_kernels.cpp): on a route that starts
+"""The unboxed kernels of hot ops (csrc/engines/twin/fast_kernels.cpp): on a route that starts
 with the twin engine they run the twin's kernel directly (a structured op on a CPU twin as
 its functional kernel, result adopted from flagos memory); on any other route torch's own
 path is kept, so providers see the same ops as without them."""

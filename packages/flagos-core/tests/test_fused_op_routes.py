@@ -1,4 +1,4 @@
-"""rms_norm and scaled_dot_product_attention on flagos (dispatch/fused_ops.cpp): with only
+"""rms_norm and scaled_dot_product_attention on flagos (router/fused_ops.cpp): with only
 the CPU fallback in the fused ops' routes they decompose as torch does; with one
 that declines a call, flagos computes the fused op and its backward from other ops. Both
 match the CPU, forward and backward, on every HAL."""

@@ -109,7 +109,7 @@ def test_random_ops_use_default_generator(device0):
 
 def test_ops_without_a_generator_argument_follow_the_flagos_generator(device0):
     # native_dropout takes no generator: its kernel draws from the twin's default generator,
-    # which holds the flagos generator's state for the call (dispatch/default_generator.h)
+    # which holds the flagos generator's state for the call (engines/twin/default_generator.h)
     x = torch.ones(1000, device="flagos")
     F.manual_seed(0)
     a = torch.nn.functional.dropout(x, 0.5).cpu()

@@ -1,5 +1,5 @@
 """Fresh results of CPU-twin kernels are made in flagos memory and adopted, not copied
-(csrc/aten/host_results.h): on a host-addressable HAL only. A convolution's forward and
+(csrc/engines/twin/host_results.h): on a host-addressable HAL only. A convolution's forward and
 backward (mkldnn allocates through raw_allocate in the scope) are checked by
 flagos-ops-boxing's test_convolutions_run_on_the_twin_forward_and_backward."""
 

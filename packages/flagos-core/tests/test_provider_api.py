@@ -32,6 +32,16 @@ def test_an_engine_provider_registered_through_it_serves_ops():
         served = flagos.routing.stats()
     torch.testing.assert_close(got, torch.exp(x))
     assert any("twin_via_api" in row for op, row in served.items() if op.startswith("aten::exp")), served
+    # explain names the engine a provider runs on, whatever the provider is called
+    with flagos.routing.override({"aten::exp": ["twin_via_api"]}):
+        route = flagos.routing.explain("aten::exp").devices[0]
+    assert route.engine == "twin" and "served by: twin_via_api (twin engine)" in str(route)
+
+
+def test_explain_names_the_cpu_fallback_engine():
+    with flagos.routing.override({"aten::exp": ["cpu"]}):
+        route = flagos.routing.explain("aten::exp").devices[0]
+    assert route.engine == "cpu fallback" and "served by: cpu (cpu fallback engine)" in str(route)
 
 
 def test_device_queries():

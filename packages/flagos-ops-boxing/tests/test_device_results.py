@@ -1,5 +1,5 @@
 """Results of CUDA-twin kernels are made in flagos memory (flagos-core's
-csrc/aten/device_results.h): no copy after the kernel, every byte counted by the flagos
+csrc/engines/twin/device_results.h): no copy after the kernel, every byte counted by the flagos
 allocator, native CUDA allocations elsewhere untouched. Needs the CUDA HAL on a GPU."""
 
 from __future__ import annotations

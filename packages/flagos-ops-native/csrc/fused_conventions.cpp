@@ -1,7 +1,7 @@
 // The fused conventions: RMS norm (_fused_rms_norm) and the overrideable fused attention
 // (_scaled_dot_product_fused_attention_overrideable), forward and backward. flagos-core
 // sends these ops here only when their route names a kernel provider
-// (dispatch/fused_ops.cpp); a call declined here is computed there from other ops.
+// (router/fused_ops.cpp); a call declined here is computed there from other ops.
 #include <ATen/core/Tensor.h>
 #include <ATen/ExpandUtils.h>
 #include <ATen/ops/empty.h>

@@ -173,7 +173,7 @@ def _patch_select_conv_backend() -> None:
     # WHY: the fake kernel of aten::convolution / convolution_backward (fake_impls.py
     # `conv`) predicts the result layout from torch._C._select_conv_backend, which answers
     # `Overrideable` for a PrivateUse1 tensor (contiguous results); the twin's kernel keeps
-    # channels_last inputs channels_last. flagos-core's twin engine (engines.cpp ConvLayout)
+    # channels_last inputs channels_last. flagos-core's twin engine (csrc/engines/twin/conv_layout.h, ConvLayout)
     # chooses the backend on twin aliases; here the fake kernel is made to choose it on fake
     # tensors of the twin device, so the prediction is the twin's layout and flagos
     # convolutions need no re-layout (nor Inductor's layout optimization a conversion back).

@@ -15,7 +15,7 @@ namespace flagos {
 
 // Whether `use_count` references to a TensorImpl or StorageImpl mean that nothing but the
 // holder of one of them uses it. A result made in Python (a foreign kernel's torch.empty,
-// dispatch/foreign_kernels.h) has a second one: since torch 2.10 the Python object of a
+// engines/python/foreign_kernels.h) has a second one: since torch 2.10 the Python object of a
 // tensor (or of a storage, which Triton's interpreter makes) holds a strong reference to
 // it, and the object is kept alive while other C++ references exist. When the object's
 // only reference is that keep-alive, nothing in Python can reach it any more. (Before 2.10

@@ -17,8 +17,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "runtime/resize.h"
 #include "runtime/hal_raise.h"
+#include "runtime/resize.h"
 #include "runtime/stream.h"
 
 namespace flagos {

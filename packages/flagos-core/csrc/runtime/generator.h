@@ -1,5 +1,5 @@
-// The flagos generator: one default generator per device. Random ops that run as
-// CPU kernels (fallback, or boxing onto the CPU twin on sim) draw from its inner
+// The flagos generator: one default generator per device. Random ops that run as CPU
+// kernels (the CPU fallback, or the twin engine on sim's CPU twin) draw from its inner
 // CPU generator; on a device twin (CUDA) the twin's kernels draw from its inner twin
 // generator (the twin device type's own, e.g. a CUDA philox generator). Seeds and states cover both, so
 // torch.manual_seed / torch.flagos.manual_seed reproduce results through every route.

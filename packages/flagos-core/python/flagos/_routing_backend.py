@@ -29,6 +29,9 @@ class CppBackend:
             self._providers = (version, sorted(_C._providers()))
         return self._providers[1]
 
+    def provider_engines(self) -> dict[str, str]:
+        return dict(_C._provider_engines())
+
     def register_python_provider(self, name: str, fn: Callable[..., object]) -> None:
         _C._register_provider(name, "python", _python_entry(fn))
 

@@ -30,6 +30,11 @@ class FakeBackend:
     def cpp_providers(self) -> list[str]:
         return sorted(self.cpp)
 
+    def provider_engines(self) -> dict[str, str]:
+        engines = {name: "python" for name in self.python}
+        engines.update({name: "cpu fallback" if name == "cpu" else "twin" for name in self.cpp})
+        return engines
+
     def register_python_provider(self, name: str, fn: Callable) -> None:
         self.python[name] = fn
 

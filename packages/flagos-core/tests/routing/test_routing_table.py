@@ -207,6 +207,7 @@ def test_set_backend_contract(installed, make_backend) -> None:
     with pytest.raises(TypeError, match="missing: .*stats, reset_stats, set_resolver"):
         routing.set_backend(object.__new__(type("Half", (), {
             "bump_version": lambda s: None, "cpp_providers": lambda s: [],
+            "provider_engines": lambda s: {},
             "register_python_provider": lambda s, n, f: None,
             "device_hal_names": lambda s: []})))
 

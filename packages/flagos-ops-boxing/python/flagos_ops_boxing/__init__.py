@@ -32,7 +32,7 @@ def _twin_key_of_hal(hal: str) -> str | None:
 
 
 # Hooks a PrivateUse1 backend receives in place of a native op; the twin engine runs the
-# native op instead (native_equivalent in flagos-core's csrc/dispatch/engines.cpp), whose
+# native op instead (native_equivalent in flagos-core's csrc/engines/twin/conv_layout.h), whose
 # composite kernel reaches the twin's own (cudnn, mkldnn). Served wherever a twin is.
 _NATIVE_EQUIVALENTS = {
     "aten::convolution_overrideable": "aten::convolution",

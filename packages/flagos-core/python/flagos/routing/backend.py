@@ -27,6 +27,11 @@ class Backend(Protocol):
     def cpp_providers(self) -> list[str]:
         """Names of the providers registered on the C++ side, the built-in ``cpu`` included."""
 
+    def provider_engines(self) -> dict[str, str]:
+        """The engine each registered provider runs on, by name: ``"cpu fallback"``,
+        ``"twin"``, ``"python"``, ``"foreign kernels"``, ``"external"`` (``"wrapper"`` for
+        a provider that wraps the rest of its chain)."""
+
     def register_python_provider(self, name: str, fn: Callable[..., object]) -> None:
         """Make the Python provider ``fn(op, args, kwargs)`` callable by ``name`` from C++."""
 
@@ -52,6 +57,10 @@ class NullBackend:
     def cpp_providers(self) -> list[str]:
         """Only the built-in CPU fallback."""
         return ["cpu"]
+
+    def provider_engines(self) -> dict[str, str]:
+        """Only the built-in CPU fallback."""
+        return {"cpu": "cpu fallback"}
 
     def register_python_provider(self, name: str, fn: Callable[..., object]) -> None:
         """Nothing to register with."""

@@ -1,5 +1,5 @@
 """Dtypes the CPU's kernels lack and accelerators' kernels have, and how often flagos
-widened them (csrc/dispatch/cpu_dtype_gaps.h)."""
+widened them (csrc/engines/cpu/cpu_dtype_gaps.h)."""
 
 from __future__ import annotations
 

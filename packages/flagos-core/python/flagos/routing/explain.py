@@ -26,6 +26,9 @@ class DeviceRoute:
 
     index: int | None
     decision: Decision
+    engine: str | None = None
+    """The engine :attr:`provider` runs on (``"twin"``, ``"cpu fallback"``, ``"python"``,
+    ``"foreign kernels"``, ``"external"``); None where the core has not registered it."""
 
     @property
     def provider(self) -> str:
@@ -46,7 +49,8 @@ class DeviceRoute:
             lines.append(f"    - {s.provider}: " + (
                 s.reason or "kept" if s.kept else f"skipped, {s.reason}"))
         lines.append(f"    chain: {' -> '.join(d.chain)}")
-        lines.append(f"    served by: {self.provider}")
+        engine = f" ({self.engine} engine)" if self.engine else ""
+        lines.append(f"    served by: {self.provider}{engine}")
         return "\n".join(lines)
 
 
@@ -90,11 +94,16 @@ def explain(op: str) -> Explanation | OpExplanation:
             return OpExplanation(op, tuple(explain(n) for n in names))
         raise UnknownOpError(op, ops.suggest(op, whole_ops=False))
     version = table.version()
+    engines = _state.backend.provider_engines()
+
+    def route(index: int | None, hal: str | None) -> DeviceRoute:
+        decision = table.decide(op, hal)
+        return DeviceRoute(index, decision, engines.get(decision.chain[0]))
+
     hals = table.device_hals()
     if not hals:
-        return Explanation(op, version, (DeviceRoute(None, table.decide(op, None)),))
-    return Explanation(op, version, tuple(
-        DeviceRoute(i, table.decide(op, hal)) for i, hal in enumerate(hals)))
+        return Explanation(op, version, (route(None, None),))
+    return Explanation(op, version, tuple(route(i, hal) for i, hal in enumerate(hals)))
 
 
 def stats() -> dict[str, dict[str, dict]]:

@@ -316,7 +316,8 @@ def set_backend(backend: Backend | None) -> None:
     provider with it, gives it :func:`resolve` and bumps the version."""
     backend = NullBackend() if backend is None else backend
     if not isinstance(backend, Backend):
-        missing = [m for m in ("bump_version", "cpp_providers", "register_python_provider",
+        missing = [m for m in ("bump_version", "cpp_providers", "provider_engines",
+                               "register_python_provider",
                                "device_hal_names", "stats", "reset_stats", "set_resolver")
                    if not callable(getattr(backend, m, None))]
         raise TypeError(f"not a routing backend; missing: {', '.join(missing)}")

@@ -1,4 +1,4 @@
-#include "aten/device_results.h"
+#include "engines/twin/device_results.h"
 
 #include <array>
 #include <atomic>

@@ -10,7 +10,7 @@
 // adopt_device_result then turns such a result into a flagos tensor in place.
 //
 // ATen's kernels run in the scope, and the kernels of extension ops declared factory-only
-// (allow_device_results_for, dispatch/twin_call.h): another extension's kernel may allocate
+// (allow_device_results_for, engines/twin/twin_call.h): another extension's kernel may allocate
 // through Allocator::raw_allocate, which needs the DataPtr's context to be its pointer (a
 // flagos block's is the block; it fails loudly there), so undeclared extension ops' results
 // are copied. Only allocations on the kernel's own (twin) stream are served.

@@ -1,4 +1,4 @@
-#include "dispatch/twin_launchers.h"
+#include "engines/launch/twin_launchers.h"
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <dlfcn.h>

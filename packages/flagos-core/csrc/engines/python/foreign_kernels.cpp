@@ -1,4 +1,4 @@
-#include "dispatch/foreign_kernels.h"
+#include "engines/python/foreign_kernels.h"
 
 #include <array>
 #include <atomic>
@@ -8,8 +8,8 @@
 #include <utility>
 
 #include "aten/alias.h"
-#include "dispatch/dispatcher.h"
-#include "dispatch/twin_call.h"
+#include "engines/twin/twin_engine.h"
+#include "router/dispatcher.h"
 
 namespace flagos {
 namespace {

@@ -1,4 +1,4 @@
-#include "dispatch/twin_layouts.h"
+#include "engines/twin/twin_layouts.h"
 
 #include <array>
 #include <initializer_list>

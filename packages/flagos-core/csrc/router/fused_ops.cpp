@@ -30,7 +30,7 @@
 #include <cmath>
 #include <limits>
 
-#include "dispatch/dispatcher.h"
+#include "router/dispatcher.h"
 
 namespace flagos {
 namespace {

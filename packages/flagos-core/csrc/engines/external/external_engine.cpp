@@ -5,8 +5,9 @@
 
 #include <c10/util/Exception.h>
 
-#include "dispatch/dispatcher.h"
+#include "engines/external/external_engine.h"
 #include "flagos/provider_engine.h"
+#include "router/dispatcher.h"
 
 namespace flagos {
 

@@ -1,10 +1,10 @@
-#include "dispatch/provider_call.h"
+#include "router/provider_call.h"
 
 #include <ATen/ScalarOps.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
 
-#include "dispatch/dispatcher.h"
+#include "router/dispatcher.h"
 
 namespace py = pybind11;
 

@@ -1,4 +1,4 @@
-#include "dispatch/launch_cache.h"
+#include "engines/launch/launch_cache.h"
 
 #include <ATen/EmptyTensor.h>
 #include <ATen/ops/empty_strided.h>
@@ -14,7 +14,7 @@
 #include <shared_mutex>
 #include <unordered_map>
 
-#include "dispatch/twin_launchers.h"
+#include "engines/launch/twin_launchers.h"
 
 namespace flagos {
 namespace {

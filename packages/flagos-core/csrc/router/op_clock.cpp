@@ -1,4 +1,4 @@
-#include "dispatch/op_clock.h"
+#include "router/op_clock.h"
 
 #include <thread>
 

@@ -1,4 +1,4 @@
-#include "dispatch/python_bridge.h"
+#include "engines/python/python_bridge.h"
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -6,7 +6,7 @@
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/csrc/utils/tensor_memoryformats.h>
 
-#include "dispatch/dispatcher.h"
+#include "router/dispatcher.h"
 
 namespace py = pybind11;
 

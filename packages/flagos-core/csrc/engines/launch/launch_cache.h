@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "dispatch/python_bridge.h"
+#include "engines/python/python_engine.h"
 
 namespace flagos {
 

@@ -15,7 +15,7 @@ namespace flagos {
 
 // How a provider runs an op. CPU: the CPU-fallback engine; TWIN: zero-copy aliases on the
 // HAL's native twin device; PYTHON: a Python callable (called with the GIL); FOREIGN: a
-// foreign library's Python kernels run on twin aliases (dispatch/foreign_kernels.h);
+// foreign library's Python kernels run on twin aliases (engines/python/foreign_kernels.h);
 // EXTERNAL: a C++ engine of another shared library (include/flagos/provider_engine.h),
 // without the GIL.
 enum class EngineKind { CPU, TWIN, PYTHON, FOREIGN, EXTERNAL };
@@ -26,10 +26,8 @@ struct ExternalEngine {
               c10::DeviceIndex device) = nullptr;
   void* ctx = nullptr;
 };
+// (engines/external/external_engine.h checks what a package hands over, then calls this.)
 void register_external_provider(const std::string& name, ExternalEngine engine);
-// From a PyCapsule (a borrowed PyObject*) holding a flagos_provider_engine_t; checks its
-// name and version (external_engine.cpp).
-void register_external_provider_capsule(const std::string& name, void* capsule);
 
 // Registers (or replaces) a provider by name. For PYTHON, `py_callable` is a borrowed
 // PyObject* the dispatcher keeps a reference to: fn(op_name, args, kwargs) -> result or
@@ -42,6 +40,11 @@ void register_provider(const std::string& name, EngineKind kind, void* py_callab
 // treated when that starts with a FOREIGN provider (the op arrives as itself).
 void register_wrapper_provider(const std::string& name, void* py_callable);
 std::vector<std::string> registered_providers();
+// The names engines go by in explain output and docs: "cpu fallback", "twin", "python",
+// "foreign kernels", "external".
+const char* engine_name(EngineKind kind);
+// (provider, its engine's name; "wrapper" for a wrapper provider) for every provider.
+std::vector<std::pair<std::string, std::string>> provider_engines();
 
 // Routing table changes: every cached route is re-resolved on its next call.
 void bump_routing_version();
@@ -60,9 +63,7 @@ void reset_routing_stats();
 bool run_with_provider(const std::string& name, const c10::OperatorHandle& op,
                        torch::jit::Stack* stack, c10::DeviceIndex device);
 
-// Engines, used by the providers and directly by tests.
-void run_twin(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DeviceIndex device);
-void run_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DeviceIndex device);
+// "aten::mm.out"; "aten::mm" for a default overload.
 std::string op_full_name(const c10::OperatorHandle& op);
 
 // The ops with a PrivateUse1 kernel of their own that still go down their route (the

@@ -1,9 +1,9 @@
-#include "dispatch/default_generator.h"
+#include "engines/twin/default_generator.h"
 
 #include <ATen/Context.h>
 
-#include "dispatch/python_bridge.h"
-#include "dispatch/twin_call.h"
+#include "engines/python/python_engine.h"
+#include "engines/twin/twin_call.h"
 
 namespace flagos {
 namespace {

@@ -1,4 +1,4 @@
-#include "dispatch/dispatcher.h"
+#include "router/dispatcher.h"
 
 #include <ATen/core/stack.h>
 #include <c10/util/irange.h>
@@ -12,10 +12,10 @@
 #include <unordered_map>
 
 #include "aten/alias.h"
-#include "dispatch/foreign_kernels.h"
-#include "dispatch/op_clock.h"
-#include "dispatch/python_bridge.h"
-#include "dispatch/twin_call.h"
+#include "engines/cpu/cpu_engine.h"
+#include "engines/python/python_engine.h"
+#include "engines/twin/twin_engine.h"
+#include "router/op_clock.h"
 #include "runtime/hal.h"
 
 namespace flagos {
@@ -336,6 +336,17 @@ std::string op_full_name(const c10::OperatorHandle& op) {
   return n.overload_name.empty() ? n.name : n.name + "." + n.overload_name;
 }
 
+const char* engine_name(EngineKind kind) {
+  switch (kind) {
+    case EngineKind::CPU: return "cpu fallback";
+    case EngineKind::TWIN: return "twin";
+    case EngineKind::PYTHON: return "python";
+    case EngineKind::FOREIGN: return "foreign kernels";
+    case EngineKind::EXTERNAL: return "external";
+  }
+  return "unknown";
+}
+
 void register_provider(const std::string& name, EngineKind kind, void* py_callable) {
   auto p = std::make_shared<Provider>();
   p->name = name;
@@ -373,6 +384,15 @@ void register_external_provider(const std::string& name, ExternalEngine engine) 
     g_providers[name] = std::move(p);
   }
   bump_routing_version();
+}
+
+std::vector<std::pair<std::string, std::string>> provider_engines() {
+  std::shared_lock<std::shared_mutex> lock(g_providers_mutex);
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& [name, provider] : g_providers) {
+    out.emplace_back(name, provider->wrapper ? "wrapper" : engine_name(provider->kind));
+  }
+  return out;
 }
 
 std::vector<std::string> registered_providers() {

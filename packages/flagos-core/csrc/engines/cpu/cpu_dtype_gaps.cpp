@@ -1,4 +1,4 @@
-#include "dispatch/cpu_dtype_gaps.h"
+#include "engines/cpu/cpu_dtype_gaps.h"
 
 #include <ATen/ops/empty.h>
 

@@ -1,4 +1,4 @@
-#include "dispatch/twin_call.h"
+#include "engines/twin/twin_call.h"
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
@@ -6,9 +6,9 @@
 #include <shared_mutex>
 #include <unordered_set>
 
-#include "dispatch/default_generator.h"
-#include "dispatch/dispatcher.h"
-#include "dispatch/twin_layouts.h"
+#include "engines/twin/default_generator.h"
+#include "engines/twin/twin_layouts.h"
+#include "router/dispatcher.h"
 #include "runtime/generator.h"
 #include "runtime/resize.h"
 #include "runtime/stream.h"
@@ -164,7 +164,7 @@ TwinCall::KernelScope::KernelScope(const TwinCall& call) {
              device_results_on(call.twin_)) {
     // ATen's kernels and the extension ops declared so: another extension's kernel may
     // allocate with raw_allocate, which requires a context the flagos DataPtr does not
-    // have (aten/device_results.h).
+    // have (engines/twin/device_results.h).
     device_results_.emplace(DeviceResultsScope{
         call.device_, c10::Device(call.twin_, call.twin_index(call.device_)),
         call.on_flagos_stream_->twin_stream()});

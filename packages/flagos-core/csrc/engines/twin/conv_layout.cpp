@@ -1,10 +1,10 @@
-#include "dispatch/conv_layout.h"
+#include "engines/twin/conv_layout.h"
 
 #include <ATen/native/ConvUtils.h>
 #include <ATen/ops/empty_strided.h>
 
 #include "aten/alias.h"
-#include "dispatch/dispatcher.h"
+#include "router/dispatcher.h"
 
 namespace flagos {
 namespace {

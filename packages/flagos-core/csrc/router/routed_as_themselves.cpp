@@ -1,11 +1,11 @@
-#include "dispatch/routed_as_themselves.h"
+#include "router/routed_as_themselves.h"
 
 #include <torch/library.h>
 
 #include <memory>
 #include <mutex>
 
-#include "dispatch/dispatcher.h"
+#include "router/dispatcher.h"
 
 namespace flagos {
 

@@ -1,4 +1,4 @@
-// Unboxed kernels for hot ops: the twin engine without boxing.
+// Unboxed kernels for hot ops: the twin engine called without a stack of IValues.
 //
 // Every op reaches flagos' boxed fallback (dispatcher.cpp), which works for all of them
 // but costs, per small op, about as much as the op itself on the CPU: the arguments are
@@ -11,7 +11,7 @@
 // route on the tensors' device starts with the twin engine (dispatcher.h, twin_route), it
 // aliases the arguments without copying them (TwinCall, borrowed) and calls the twin's
 // kernel directly: for a structured op the functional kernel itself, whose result is
-// allocated in flagos memory (aten/host_results.h, aten/device_results.h). Otherwise it
+// allocated in flagos memory (engines/twin/host_results.h, engines/twin/device_results.h). Otherwise it
 // does what torch would have done without it: the composite kernel for structured
 // functional and in-place ops (so routes and providers see the same out= ops as before),
 // the boxed fallback for the rest. Results, stats and errors are those of the boxed route.
@@ -25,9 +25,9 @@
 #include <type_traits>
 
 #include "aten/alias.h"
-#include "dispatch/dispatcher.h"
-#include "dispatch/op_clock.h"
-#include "dispatch/twin_call.h"
+#include "engines/twin/twin_call.h"
+#include "router/dispatcher.h"
+#include "router/op_clock.h"
 #include "runtime/stream.h"
 
 namespace flagos {
@@ -165,7 +165,7 @@ struct FastKernel<Op, Composite, OutOp, OnDeviceTwin, Ret(Args...)> {
       if (route && !route->same_as(twin_route(routing_state_of<OutOp>(), *device))) route.reset();
     }
     // On a device twin (CUDA) whose kernels cannot allocate in flagos memory (flagos built
-    // without CUDA support, aten/device_results.h) the functional kernel's result would be
+    // without CUDA support, engines/twin/device_results.h) the functional kernel's result would be
     // copied: a structured op keeps the composite, which allocates a flagos result and
     // calls the out= op.
     if (route && route->twin != c10::DeviceType::CPU && !std::is_reference_v<Ret> &&

@@ -1,38 +1,19 @@
-// The two built-in ways to run an op on flagos tensors:
-//  - twin: zero-copy. Every flagos tensor argument is aliased as a tensor of the HAL's
-//    native twin device (CPU for sim, CUDA for CUDA-addressable HALs), the twin's kernel
-//    runs, and the results are mapped back: the caller's own tensors for in-place/out=,
-//    flagos views for views, fresh flagos tensors (counted by the flagos allocator) else.
-//  - cpu: the CPU fallback. On host-addressable HALs it is the twin engine on the CPU;
-//    on opaque HALs it copies inputs to the CPU and results back (PyTorch's cpu_fallback).
+// The CPU fallback engine (the `cpu` provider): every op, on any HAL. On host-addressable
+// memory it is the twin engine on the CPU (zero-copy aliases); on opaque memory it copies
+// the inputs to the CPU, runs the CPU kernel and copies results and mutated arguments back
+// (PyTorch's cpu_fallback).
 #include <ATen/native/CPUFallback.h>
 #include <ATen/ops/empty_strided.h>
 
-#include "aten/alias.h"
-#include "dispatch/conv_layout.h"
-#include "dispatch/cpu_dtype_gaps.h"
-#include "dispatch/default_generator.h"
-#include "dispatch/dispatcher.h"
-#include "dispatch/twin_call.h"
+#include "engines/cpu/cpu_engine.h"
+#include "engines/twin/twin_engine.h"
+#include "router/dispatcher.h"
 
 namespace flagos {
 namespace {
 
 constexpr auto kFlagos = c10::DeviceType::PrivateUse1;
 
-}  // namespace
-
-void run_twin(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DeviceIndex device) {
-  auto twin = twin_device_type(device);
-  TORCH_CHECK(twin, "flagos: the twin (boxing) engine needs a HAL whose memory a native device "
-                    "can address; flagos:", int(device), " is opaque. Route ", op_full_name(op),
-              " to another provider");
-  auto run = [&](torch::jit::Stack* s) { TwinCall(device, *twin).run(op, s); };
-  if (*twin == c10::DeviceType::CPU && run_with_cpu_dtype_gaps_closed(op, stack, run)) return;
-  run(stack);
-}
-
-namespace {
 // at::native::cpu_fallback moves its arguments to the CPU with _to_copy and writes results
 // back with copy_. Once a kernel library serves those two ops, they are routed as
 // themselves (routed_as_themselves.h); reaching the CPU fallback on opaque memory they

@@ -1,4 +1,4 @@
-#include "aten/host_results.h"
+#include "engines/twin/host_results.h"
 
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/Storage.h>

@@ -3,9 +3,9 @@
 // aliased as a tensor of the HAL's native twin device without a copy (aten/alias.h), the
 // twin device and the twin stream under the current flagos stream are made current
 // (TwinStreamGuard), the kernel's own allocations land in flagos memory (the kernel scope,
-// aten/host_results.h and aten/device_results.h), and its results are mapped back exactly
+// engines/twin/host_results.h and engines/twin/device_results.h), and its results are mapped back exactly
 // as for a twin kernel (the caller's tensors for in-place and out=, flagos views for views,
-// adopted flagos tensors for fresh results). See dispatch/twin_call.h.
+// adopted flagos tensors for fresh results). See engines/twin/twin_call.h.
 //
 // A provider of this kind is registered with a kernel resolver, a Python callable
 // resolver(op_name) -> kernel or None, asked once per op and resolver (never per call).
@@ -24,7 +24,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 
-#include "dispatch/python_bridge.h"
+#include "engines/python/python_bridge.h"
 
 namespace flagos {
 

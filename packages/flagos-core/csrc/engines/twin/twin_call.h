@@ -3,8 +3,8 @@
 // the aliases, and the results are mapped back: the caller's own tensors for in-place and
 // out= results, flagos views for views, flagos tensors (flagos memory) for fresh results.
 //
-// Used boxed by the twin and cpu engines (engines.cpp) and unboxed by the fast kernels of
-// hot ops (fast_kernels.cpp), which skip boxing.
+// Used boxed by the twin and cpu engines (twin_engine.cpp, engines/cpu/cpu_engine.cpp) and
+// unboxed (no IValue stack) by the fast kernels of hot ops (fast_kernels.cpp).
 #pragma once
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "aten/alias.h"
-#include "aten/device_results.h"
-#include "aten/host_results.h"
-#include "dispatch/conv_layout.h"
+#include "engines/twin/conv_layout.h"
+#include "engines/twin/device_results.h"
+#include "engines/twin/host_results.h"
 
 namespace flagos {
 
@@ -32,7 +32,7 @@ bool is_optional_generator(const c10::Argument& arg);
 // Extension ops (not aten::) whose twin kernels allocate only through tensor factories
 // (at::empty, torch.empty, ATen ops), never Allocator::raw_allocate, declared by their
 // package ("ns::name", every overload): on a device twin their results are then made in
-// flagos memory as ATen ops' are, instead of being copied (aten/device_results.h).
+// flagos memory as ATen ops' are, instead of being copied (engines/twin/device_results.h).
 void allow_device_results_for(const std::string& op);
 bool device_results_allowed(const c10::OperatorHandle& op);
 
@@ -54,7 +54,7 @@ class TwinCall {
   // its results, or returns false (stack untouched) to decline the call.
   using BoxedTwinKernel = c10::function_ref<bool(const c10::OperatorHandle&, torch::jit::Stack*)>;
   // Boxed, with a kernel of another source than the twin's dispatch table (a Python kernel
-  // library, see dispatch/foreign_kernels.h): the same aliases, stream, kernel scope and
+  // library, see engines/python/foreign_kernels.h): the same aliases, stream, kernel scope and
   // mapping of results as run(). When the kernel declines, the stack holds `op`'s original
   // arguments again and false is returned.
   bool run_with(const c10::OperatorHandle& op, torch::jit::Stack* stack, BoxedTwinKernel kernel);
@@ -76,8 +76,8 @@ class TwinCall {
   c10::DispatchKeySet twin_keys() const;
   // What must surround the kernel and the mapping of its results: the kernel's allocations
   // come from flagos memory and its results are adopted inside the scope, on a CPU twin
-  // (aten/host_results.h) and, where flagos was built against a torch with CUDA, on a CUDA
-  // twin (aten/device_results.h).
+  // (engines/twin/host_results.h) and, where flagos was built against a torch with CUDA, on a CUDA
+  // twin (engines/twin/device_results.h).
   class KernelScope {
    public:
     explicit KernelScope(const TwinCall& call);
