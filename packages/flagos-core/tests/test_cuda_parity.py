@@ -1,15 +1,77 @@
-"""torch.flagos next to torch.cuda: its names take torch.cuda's arguments and do what
-torch.cuda's do, on flagos devices."""
+"""torch.flagos next to torch.cuda: the table of docs/python_api.md is what
+tools/cuda_parity.py generates from the installed torch and flagos, and names it calls the
+same take torch.cuda's arguments and do what torch.cuda's do, on flagos devices."""
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+import types
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
 
 F = torch.flagos
+ROOT = Path(__file__).resolve().parents[3]
+PAGE = ROOT / "docs" / "python_api.md"
 MiB = 2**20
+
+
+@pytest.fixture(scope="module")
+def parity() -> types.ModuleType:
+    spec = importlib.util.spec_from_file_location("_cuda_parity", ROOT / "tools" / "cuda_parity.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks its module up
+    spec.loader.exec_module(module)
+    return module
+
+
+# ---- the table ------------------------------------------------------------------------
+
+def test_every_gap_has_a_reason(parity):
+    rows = parity.entries()  # raises UnexplainedGap when a reason is missing
+    assert {e.status for e in rows} <= {"same", "differs", "missing"}
+    assert all(e.reason for e in rows if e.status != "same")
+
+
+def test_the_page_holds_the_generated_table(parity):
+    old = parity.current_block(PAGE)
+    recorded = parity.RELEASE.search(old).group(1)
+    if recorded != parity.release():
+        pytest.skip(f"the table is for torch {recorded}, this is torch {parity.release()}")
+    assert parity.unknown_reasons() == [], "tools/cuda_parity.toml names what torch lacks"
+    assert old == parity.block(), ("docs/python_api.md is out of date: "
+                                   "python tools/cuda_parity.py --write docs/python_api.md")
+
+
+def test_the_classifier_tells_signatures_apart(parity):
+    def cuda(device=None):
+        pass
+
+    def renamed(dev=None):
+        pass
+
+    def more_optional(device=None, abbreviated=False):
+        pass
+
+    def more_required(device=None, *, stream):
+        pass
+
+    assert parity.compare(cuda, renamed)[0] == "differs"
+    assert parity.compare(cuda, more_optional) == ("same", "")
+    assert parity.compare(cuda, more_required)[0] == "differs"
+    assert parity.compare(cuda, type("C", (), {}))[0] == "differs"
+    assert parity.compare((1,), [1])[0] == "differs"
+    assert parity.compare(torch.cuda.amp, types.ModuleType("empty"))[0] == "differs"
+
+
+def test_the_public_names_rule(parity):
+    names = set(parity.public_names())
+    assert set(torch.cuda.__all__) <= names
+    assert "OutOfMemoryError" in names  # torch's own class, re-exported
+    assert not names & {"os", "torch", "Any", "Optional", "lru_cache", "TYPE_CHECKING"}
 
 
 # ---- the same names, with torch.cuda's arguments ---------------------------------------
