@@ -124,6 +124,9 @@ def tests(session: nox.Session, hw: str) -> None:
     session.run("python", "-m", "flagos_hal.conformance", "--hal", hw, env=env)
     if hw == "sim":
         session.run("python", "-m", "flagos_hal.conformance", "--hal", "sim", "--asan", env=env)
+    # The torch.cuda table of docs/python_api.md, generated from the installed torch and
+    # flagos (so here, not in lint, whose environment has neither).
+    session.run("python", "tools/cuda_parity.py", "--check", "docs/python_api.md", env=env)
     _run_test_folders(session, env)
 
 

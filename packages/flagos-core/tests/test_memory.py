@@ -209,6 +209,7 @@ PASSTHROUGH_CODE = r"""
 import torch, flagos
 F = torch.flagos
 assert flagos._C._allocator_passthrough()
+print("BACKEND", F.get_allocator_backend())
 s0 = F.memory_stats()
 x = torch.empty(3000, dtype=torch.uint8, device="flagos")
 s1 = F.memory_stats()
@@ -229,6 +230,7 @@ print("SUM", (z * 2).sum().item())
 def test_passthrough_mode(run_python, sim_only):
     out = run_python(PASSTHROUGH_CODE,
                      env={"FLAGOS_HAL": "sim", "FLAGOS_ALLOCATOR": "passthrough"}).stdout
+    assert "BACKEND passthrough" in out
     assert "ALLOC 3072 1" in out  # counted, one HAL allocation per request
     assert "AGAIN 2" in out  # nothing cached: a second HAL allocation
     assert "FREED 0 0" in out
