@@ -10,7 +10,8 @@ import pytest
 from zoo_cases import CASES
 from zoo_check import run_in_process
 
-OPAQUE = ["Llama", "BERT (padding mask)", "UNet2DModel"]
+OPAQUE = ["Llama", "BERT (padding mask)", "UNet2DModel", "QwenImage21 transformer",
+          "QwenImage21Pipeline (condition image)"]
 
 
 @pytest.mark.parametrize("name", OPAQUE)
