@@ -157,6 +157,25 @@ def test_views_and_reshape_alias():
     assert un.shape == (2, 3, 4) and un.data_ptr() == x.data_ptr()
 
 
+def test_backend_view_ops_are_views():
+    # unfold and view_as_real/complex have a kernel per backend, no composite one: on
+    # opaque memory they must not fall back to a CPU copy that autograd takes for a view.
+    x = torch.arange(12.0, device="flagos")
+    u = x.unfold(0, 4, 2)
+    assert u._base is x and u.data_ptr() == x.data_ptr()
+    assert torch.equal(u.cpu(), torch.arange(12.0).unfold(0, 4, 2))
+    u[1].zero_()  # elements 2..5 of x
+    assert x.cpu()[2:6].tolist() == [0.0] * 4
+    c = torch.view_as_complex(x.view(6, 2))
+    assert c.dtype == torch.complex64 and c.data_ptr() == x.data_ptr()
+    c.mul_(2)
+    assert x.cpu().tolist() == (torch.arange(12.0).index_fill(0, torch.arange(2, 6), 0) * 2).tolist()
+    r = torch.view_as_real(c)
+    assert r.data_ptr() == x.data_ptr() and torch.equal(r.cpu().flatten(), x.cpu())
+    r.fill_(1.0)
+    assert x.cpu().tolist() == [1.0] * 12
+
+
 def test_as_strided():
     x = torch.arange(16.0, device="flagos")
     w = x.as_strided((3, 3), (4, 1), 1)
