@@ -21,6 +21,11 @@
  * that does not leaves them NULL, and a 1.0 table simply ends before them. Check with
  * FLAGOS_HAL_HAS(table, graph_load) before use.
  *
+ * ABI 1.2 appends the optional kernel extension (kernel_*, module_*, function_*,
+ * launch_kernel): how a kernel compiled for the chip (by the vendor's Triton backend, or
+ * shipped as a binary) reaches it. A HAL that has it fills in all of them; check with
+ * FLAGOS_HAL_HAS(table, launch_kernel).
+ *
  * Conventions.
  *  - Every function returns a flagos_status_t; results come back through
  *    out-parameters, which are left untouched on failure.
@@ -43,7 +48,7 @@ extern "C" {
 #endif
 
 #define FLAGOS_HAL_ABI_MAJOR 1u
-#define FLAGOS_HAL_ABI_MINOR 1u
+#define FLAGOS_HAL_ABI_MINOR 2u
 #define FLAGOS_HAL_ABI_VERSION ((FLAGOS_HAL_ABI_MAJOR << 16) | FLAGOS_HAL_ABI_MINOR)
 #define FLAGOS_HAL_ENTRY_SYMBOL "flagos_hal_get_table"
 
@@ -98,6 +103,8 @@ typedef struct flagos_stream_s* flagos_stream_t; /* opaque; owned by the HAL */
 typedef struct flagos_event_s* flagos_event_t;   /* opaque; owned by the HAL */
 
 typedef struct flagos_graph_s* flagos_graph_t;   /* opaque; a loaded compiled graph */
+typedef struct flagos_module_s* flagos_module_t; /* opaque; a loaded device binary image */
+typedef struct flagos_function_s* flagos_function_t; /* opaque; one kernel of a module */
 
 /* Element types of graph inputs and outputs. */
 typedef enum flagos_dtype {
@@ -123,6 +130,20 @@ typedef struct flagos_graph_tensor_info {
   int64_t shape[FLAGOS_GRAPH_MAX_DIMS];
   uint64_t size_bytes;   /* product of shape times the element size */
 } flagos_graph_tensor_info_t;
+
+/* What a device is as a target of kernel compilers (the kernel extension): what flagos
+ * asks the installed Triton to compile for, and the limits a launch must respect. */
+typedef struct flagos_kernel_target {
+  uint32_t struct_size;    /* caller sets sizeof(flagos_kernel_target_t); the HAL writes at
+                              most that many bytes */
+  char backend[32];        /* the Triton backend that compiles for it ("cuda", "hip", a
+                              vendor's own); "" when no Triton backend targets it */
+  char arch[64];           /* that backend's architecture name ("90" for sm_90, "gfx942") */
+  int32_t warp_size;       /* threads per warp (32 on NVIDIA); 1 where kernels are not SIMT */
+  uint32_t max_threads_per_block;   /* the product of a launch's block dimensions */
+  uint64_t max_shared_memory;       /* dynamic shared memory a launch may ask for, in bytes,
+                                       once function_set_shared_memory has allowed it */
+} flagos_kernel_target_t;
 
 typedef struct flagos_device_properties {
   uint32_t struct_size;        /* caller sets sizeof(flagos_device_properties_t) */
@@ -268,6 +289,45 @@ typedef struct flagos_hal_table {
                                    flagos_stream_t stream);
   /* Release a graph and its device memory once its queued executions have finished. */
   flagos_status_t (*graph_destroy)(flagos_graph_t graph);
+
+  /* ---- kernel extension (ABI 1.2, optional: NULL when kernels cannot be loaded) -------
+   * A module is a device binary image (a cubin, a vendor's ELF, the simulator's host
+   * library of kernels) loaded onto one device; a function is one of its kernels, launched
+   * on a stream of that device with a grid of blocks and its argument values, in order
+   * with the stream's other work. Handles of functions stay valid until their module is
+   * unloaded. */
+  /* The image formats module_load accepts, comma-separated ("cubin,ptx"); static storage. */
+  flagos_status_t (*kernel_get_formats)(const char** formats);
+  /* What `device` is as a compiler target (caller sets target->struct_size). */
+  flagos_status_t (*kernel_get_target)(int device, flagos_kernel_target_t* target);
+  /* Load an image of `format` (one of kernel_get_formats) onto `device`; the bytes are
+   * copied, the caller may free them on return. An unknown format is NOT_SUPPORTED; an
+   * image the device cannot load (malformed, or built for another target) is
+   * INVALID_VALUE with the detail in the last-error message. Synchronous. */
+  flagos_status_t (*module_load)(int device, const char* format, const void* image, size_t size,
+                                 flagos_module_t* module);
+  /* The kernel named `name` (its symbol in the image). No such kernel is INVALID_VALUE. */
+  flagos_status_t (*module_get_function)(flagos_module_t module, const char* name,
+                                         flagos_function_t* function);
+  /* Allow launches of `function` to ask for up to `bytes` of dynamic shared memory (what
+   * Triton sets when a kernel needs more than the default). Over the device's
+   * max_shared_memory is INVALID_VALUE. */
+  flagos_status_t (*function_set_shared_memory)(flagos_function_t function, size_t bytes);
+  /* Queue one launch of `function` on `stream` (a stream of the function's device) and
+   * return. grid: blocks in x, y, z (each >= 1); block: threads per block in x, y, z (each
+   * >= 1, product <= max_threads_per_block); shared_memory: dynamic shared memory bytes
+   * per block. args[i] points to the value of argument i (as CUDA's kernelParams), of
+   * arg_sizes[i] bytes; the values are copied before the call returns. A launch that does
+   * not fit (a zero dimension, too many threads or bytes of shared memory, argument count
+   * or sizes the kernel does not take where the HAL knows them, a stream of another
+   * device) is INVALID_VALUE and nothing is queued. A kernel that faults on the device
+   * is reported as the runtime reports it (DEVICE_FAULT at the next synchronization). */
+  flagos_status_t (*launch_kernel)(flagos_function_t function, const uint32_t grid[3],
+                                   const uint32_t block[3], size_t shared_memory,
+                                   void* const* args, const size_t* arg_sizes, int num_args,
+                                   flagos_stream_t stream);
+  /* Release a module and its functions once their queued launches have finished. */
+  flagos_status_t (*module_unload)(flagos_module_t module);
   /* Add new functions here, after the last one, and bump FLAGOS_HAL_ABI_MINOR. */
 } flagos_hal_table_t;
 

@@ -41,6 +41,35 @@ typedef struct flagos_hal_sim_stream {
   const flagos_hal_sim_control_t* control; /* the test control, never NULL */
 } flagos_hal_sim_stream_t;
 
+/*
+ * Kernels for the simulated device (the kernel extension, flagos_hal.h ABI 1.2). The
+ * format FLAGOS_SIM_KERNEL_FORMAT is a host shared library (ELF, built for the machine)
+ * that exports FLAGOS_SIM_KERNELS_SYMBOL: an array of flagos_hal_sim_kernel_t ended by an
+ * entry whose name is NULL. A launch runs `fn` once per program of the grid (x fastest,
+ * then y, then z) on the stream's worker, in order with the stream's other work, as one
+ * task. `args[i]` points to argument i's value (kernelParams, as on CUDA): a device
+ * pointer argument is read as `*(float**)args[i]`. Threads of a block are not simulated:
+ * a program is one call, and `block` is only passed along. `shared_memory` is
+ * `shared_memory_size` bytes of scratch, zeroed, private to the call.
+ */
+#define FLAGOS_SIM_KERNEL_FORMAT "flagos-sim-kernels-v1"
+#define FLAGOS_SIM_KERNELS_SYMBOL "flagos_sim_kernels"
+
+typedef struct flagos_hal_sim_program {
+  uint32_t grid[3];        /* the launch's grid */
+  uint32_t block[3];       /* the launch's block */
+  uint32_t program_id[3];  /* this call's position in the grid */
+  void* shared_memory;
+  size_t shared_memory_size;
+} flagos_hal_sim_program_t;
+
+typedef struct flagos_hal_sim_kernel {
+  const char* name;  /* what module_get_function finds it by; NULL ends the array */
+  void (*fn)(const flagos_hal_sim_program_t* program, void* const* args);
+  int32_t num_args;          /* arguments it takes; -1: not checked */
+  const size_t* arg_sizes;   /* bytes of each argument (num_args entries) */
+} flagos_hal_sim_kernel_t;
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -110,6 +110,28 @@ class GraphTensorInfo:
     size_bytes: int
 
 
+class KernelTargetStruct(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("backend", ctypes.c_char * 32),
+        ("arch", ctypes.c_char * 64),
+        ("warp_size", ctypes.c_int32),
+        ("max_threads_per_block", ctypes.c_uint32),
+        ("max_shared_memory", ctypes.c_uint64),
+    ]
+
+
+@dataclass(frozen=True)
+class KernelTarget:
+    """What a device is as a target of kernel compilers (flagos_kernel_target_t)."""
+
+    backend: str  # the Triton backend that compiles for it; "" when none does
+    arch: str
+    warp_size: int
+    max_threads_per_block: int
+    max_shared_memory: int
+
+
 class DeviceProperties(ctypes.Structure):
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
@@ -190,10 +212,23 @@ TABLE_FUNCTIONS: list[tuple[str, list]] = [
     ("graph_get_tensor_info", [_vp, _i, _i, ctypes.POINTER(GraphTensorInfoStruct)]),
     ("graph_execute", [_vp, _vpp, _i, _vpp, _i, _vp, _vp]),
     ("graph_destroy", [_vp]),
+    # ABI 1.2: the optional kernel extension.
+    ("kernel_get_formats", [_cstr_p]),
+    ("kernel_get_target", [_i, ctypes.POINTER(KernelTargetStruct)]),
+    ("module_load", [_i, ctypes.c_char_p, _vp, _sz, _vpp]),
+    ("module_get_function", [_vp, ctypes.c_char_p, _vpp]),
+    ("function_set_shared_memory", [_vp, _sz]),
+    ("launch_kernel", [_vp, ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint32), _sz,
+                       _vpp, _size_p, _i, _vp]),
+    ("module_unload", [_vp]),
 ]
 
 # The functions of the graph runtime (ABI 1.1): a HAL has all of them or none.
 GRAPH_FUNCTIONS = [name for name, _ in TABLE_FUNCTIONS if name.startswith("graph_")]
+# The functions of the kernel extension (ABI 1.2): a HAL has all of them or none.
+KERNEL_FUNCTIONS = ["kernel_get_formats", "kernel_get_target", "module_load", "module_get_function",
+                    "function_set_shared_memory", "launch_kernel", "module_unload"]
+OPTIONAL_FUNCTIONS = GRAPH_FUNCTIONS + KERNEL_FUNCTIONS
 
 
 class Table(ctypes.Structure):
@@ -466,6 +501,59 @@ class Hal:
 
     def graph_destroy(self, graph: int) -> None:
         self.call("graph_destroy", graph)
+
+    # ---- kernel extension (ABI 1.2, optional) ----------------------------------------
+    def has_kernels(self) -> bool:
+        """Whether the table has the whole kernel extension (every kernel function)."""
+        return all(self.has(f) for f in KERNEL_FUNCTIONS)
+
+    def kernel_formats(self) -> list[str]:
+        """The image formats module_load accepts ([] for a HAL without the extension)."""
+        if not self.has_kernels():
+            return []
+        return [f for f in self._string("kernel_get_formats").split(",") if f]
+
+    def kernel_target(self, device: int) -> KernelTarget:
+        t = KernelTargetStruct(struct_size=ctypes.sizeof(KernelTargetStruct))
+        self.call("kernel_get_target", device, ctypes.byref(t))
+        return KernelTarget(t.backend.decode(), t.arch.decode(), t.warp_size,
+                            t.max_threads_per_block, t.max_shared_memory)
+
+    def module_load(self, device: int, fmt: str, image: bytes) -> int:
+        """Load a device binary image of format `fmt` onto `device`; the module handle."""
+        buf = ctypes.create_string_buffer(bytes(image), len(image))
+        return self._out("module_load", ctypes.c_void_p, device, fmt.encode(), ctypes.addressof(buf),
+                         len(image))
+
+    def module_function(self, module: int, name: str) -> int:
+        return self._out("module_get_function", ctypes.c_void_p, module, name.encode())
+
+    def function_set_shared_memory(self, function: int, size: int) -> None:
+        self.call("function_set_shared_memory", function, size)
+
+    def launch_args(self, values: list) -> tuple:
+        """ctypes values (c_void_p, c_int64, ...) as launch_kernel takes them: (args,
+        arg_sizes, count); keep the tuple alive until the call returns."""
+        args = (ctypes.c_void_p * max(len(values), 1))(*[ctypes.addressof(v) for v in values])
+        sizes = (ctypes.c_size_t * max(len(values), 1))(*[ctypes.sizeof(v) for v in values])
+        return args, sizes, len(values)
+
+    def raw_launch(self, function: int, grid: tuple, block: tuple, shared: int, values: list,
+                   stream: int) -> int:
+        """launch_kernel's status (no raise)."""
+        args, sizes, n = self.launch_args(values)
+        return self.raw("launch_kernel", function, (ctypes.c_uint32 * 3)(*grid),
+                        (ctypes.c_uint32 * 3)(*block), shared, args, sizes, n, stream)
+
+    def launch(self, function: int, grid: tuple, block: tuple, shared: int, values: list,
+               stream: int) -> None:
+        """Queue a launch of `function` on `stream`; `values` are ctypes argument values."""
+        status = self.raw_launch(function, grid, block, shared, values, stream)
+        if status != 0:
+            self._raise("launch_kernel", status)
+
+    def module_unload(self, module: int) -> None:
+        self.call("module_unload", module)
 
     def _ready(self, function: str, handle: int) -> bool:
         status = self.raw(function, handle)

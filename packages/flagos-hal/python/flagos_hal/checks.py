@@ -19,6 +19,8 @@ from flagos_hal.binding import (
     EVENT_BLOCKING_SYNC,
     EVENT_DISABLE_TIMING,
     GRAPH_FUNCTIONS,
+    KERNEL_FUNCTIONS,
+    OPTIONAL_FUNCTIONS,
     TABLE_FUNCTIONS,
     DeviceProperties,
     Hal,
@@ -83,6 +85,27 @@ def expect_status(got: int, want, what: str, hal: Hal | None = None) -> None:
 
 def expect_error(got: int, what: str) -> None:
     expect(got != Status.SUCCESS, f"{what}: expected an error status, got SUCCESS")
+
+
+def expect_load_refusals(hal: Hal, function: str, fmt: str, what: str, short: int) -> None:
+    """The refusals of a loader `function(device, format, bytes, size, &out)` (graph_load,
+    module_load): an unknown format (named in the message), malformed bytes of `fmt`, a
+    `short` prefix of them, a bad device, a NULL out-pointer; the out-parameter untouched."""
+    junk = b"\x00not an image\xff" * 8
+    buf = ctypes.create_string_buffer(junk, len(junk))
+    out = ctypes.c_void_p()
+    expect_status(hal.raw(function, 0, b"no-such-format-v0", buf, len(junk), ctypes.byref(out)),
+                  Status.NOT_SUPPORTED, f"{function} of an unknown format", hal)
+    expect("no-such-format-v0" in hal.last_error_message(), "the message does not name the format")
+    expect_status(hal.raw(function, 0, fmt.encode(), buf, len(junk), ctypes.byref(out)),
+                  Status.INVALID_VALUE, f"{function} of a malformed {fmt} {what}", hal)
+    expect_status(hal.raw(function, 0, fmt.encode(), buf, short, ctypes.byref(out)),
+                  Status.INVALID_VALUE, f"{function} of {short} bytes of a {what}", hal)
+    expect_status(hal.raw(function, hal.device_count(), fmt.encode(), buf, len(junk), ctypes.byref(out)),
+                  Status.INVALID_DEVICE, f"{function} on a bad device", hal)
+    expect_status(hal.raw(function, 0, fmt.encode(), buf, len(junk), None),
+                  Status.INVALID_VALUE, f"{function} with a NULL out-pointer", hal)
+    expect(not out.value, f"a failed {function} wrote its out-parameter")
 
 
 # ---- helpers -----------------------------------------------------------------------
@@ -172,15 +195,19 @@ def _identity(hal: Hal):
 @check("abi_table", devices=0)
 def _abi_table(hal: Hal):
     """ABI major matches, the table is complete, every function pointer is set (the optional
-    graph runtime: all of its functions or none)."""
+    graph runtime and kernel extension: all of their functions or none)."""
     expect(hal.abi_version >> 16 == ABI_MAJOR, f"ABI {version_string(hal.abi_version)}")
-    missing = [name for name, _ in TABLE_FUNCTIONS if not hal.has(name) and name not in GRAPH_FUNCTIONS]
+    missing = [name for name, _ in TABLE_FUNCTIONS if not hal.has(name) and name not in OPTIONAL_FUNCTIONS]
     expect(not missing, f"NULL functions in the table: {', '.join(missing)}")
-    graph = [name for name in GRAPH_FUNCTIONS if hal.has(name)]
-    expect(not graph or len(graph) == len(GRAPH_FUNCTIONS),
-           f"a partial graph runtime: {', '.join(graph)} set, the others NULL")
-    return (f"ABI {version_string(hal.abi_version)}, {hal.table.struct_size} bytes"
-            + (", graph runtime" if graph else ""))
+    extensions = []
+    for what, functions in (("graph runtime", GRAPH_FUNCTIONS), ("kernel extension", KERNEL_FUNCTIONS)):
+        present = [name for name in functions if hal.has(name)]
+        expect(not present or len(present) == len(functions),
+               f"a partial {what}: {', '.join(present)} set, the others NULL")
+        if present:
+            extensions.append(what)
+    return ", ".join([f"ABI {version_string(hal.abi_version)}, {hal.table.struct_size} bytes",
+                      *extensions])
 
 
 @check("error_strings", devices=0)
@@ -830,5 +857,6 @@ def _last_error(hal: Hal):
     return f"e.g. {mine!r}"
 
 
-# The optional graph runtime's checks register themselves here, after the ones above.
-from flagos_hal import graph_checks  # noqa: F401
+# The optional graph runtime's and kernel extension's checks register themselves here,
+# after the ones above.
+from flagos_hal import graph_checks, kernel_checks  # noqa: F401

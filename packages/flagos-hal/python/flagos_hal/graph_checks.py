@@ -12,7 +12,7 @@ import ctypes
 import struct
 
 from flagos_hal.binding import Dtype, Hal, HalError, MemcpyKind, Status
-from flagos_hal.checks import Skip, check, expect, expect_status
+from flagos_hal.checks import Skip, check, expect, expect_load_refusals, expect_status
 
 _IN, _HID, _BATCH = 5, 3, 4
 
@@ -88,21 +88,8 @@ def _graph_load_errors(hal: Hal):
     """Unknown formats, malformed artifacts, bad devices and unknown handles fail cleanly."""
     _needs_graph_runtime(hal)
     fmt = hal.graph_formats()[0]
-    junk = b"\x00not an artifact\xff" * 8
-    buf = ctypes.create_string_buffer(junk, len(junk))
-    out = ctypes.c_void_p()
-    expect_status(hal.raw("graph_load", 0, b"no-such-format-v0", buf, len(junk), ctypes.byref(out)),
-                  Status.NOT_SUPPORTED, "graph_load of an unknown format", hal)
-    expect("no-such-format-v0" in hal.last_error_message(), "the message does not name the format")
-    expect_status(hal.raw("graph_load", 0, fmt.encode(), buf, len(junk), ctypes.byref(out)),
-                  Status.INVALID_VALUE, f"graph_load of a malformed {fmt} artifact", hal)
-    expect_status(hal.raw("graph_load", 0, fmt.encode(), buf, 3, ctypes.byref(out)),
-                  Status.INVALID_VALUE, "graph_load of a truncated artifact", hal)
-    expect_status(hal.raw("graph_load", hal.device_count(), fmt.encode(), buf, len(junk),
-                          ctypes.byref(out)), Status.INVALID_DEVICE, "graph_load on a bad device", hal)
-    expect_status(hal.raw("graph_load", 0, fmt.encode(), buf, len(junk), None),
-                  Status.INVALID_VALUE, "graph_load with a NULL graph", hal)
-    expect(not out.value, "a failed graph_load wrote its out-parameter")
+    expect_load_refusals(hal, "graph_load", fmt, "artifact", short=3)
+    buf = ctypes.create_string_buffer(64)
     bogus = ctypes.addressof(buf)
     n = ctypes.c_int()
     ws = ctypes.c_size_t()

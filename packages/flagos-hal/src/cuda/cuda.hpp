@@ -2,6 +2,7 @@
 //   device.cpp  the driver (opened at run time), errors, devices and contexts, the entry
 //   memory.cpp  allocations, copies, memsets, pointer attributes
 //   stream.cpp  streams (CUstreams) and events (a CUevent per device)
+//   kernels.cpp the kernel extension: modules (cubin, PTX, fatbin) and kernel launches
 //
 // Built without the CUDA toolkit: libcuda.so.1 is opened with dlopen and every entry
 // point resolved with dlsym, so the library loads (and reports zero devices) on machines
@@ -30,6 +31,8 @@ typedef unsigned long long CUdeviceptr;  // 64-bit on LP64 (cuda.h: CUdeviceptr_
 typedef struct CUctx_st* CUcontext;
 typedef struct CUstream_st* CUstream;
 typedef struct CUevent_st* CUevent;
+typedef struct CUmod_st* CUmodule;
+typedef struct CUfunc_st* CUfunction;
 constexpr CUresult CUDA_SUCCESS = 0, CUDA_ERROR_INVALID_VALUE = 1, CUDA_ERROR_NOT_READY = 600;
 constexpr int CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16;
 constexpr int CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75;
@@ -41,6 +44,10 @@ constexpr int CU_POINTER_ATTRIBUTE_RANGE_SIZE = 12;        // size_t
 constexpr unsigned CU_MEMORYTYPE_HOST = 1, CU_MEMORYTYPE_DEVICE = 2, CU_MEMORYTYPE_UNIFIED = 4;
 constexpr unsigned CU_STREAM_NON_BLOCKING = 0x1, CU_MEMHOSTALLOC_PORTABLE = 0x1;
 constexpr unsigned CU_EVENT_BLOCKING_SYNC = 0x1, CU_EVENT_DISABLE_TIMING = 0x2;
+constexpr int CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 1;
+constexpr int CU_DEVICE_ATTRIBUTE_WARP_SIZE = 10;
+constexpr int CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97;
+constexpr int CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
 
 // Every driver entry point: X(name, parameter list). Versioned names are the ones cuda.h
 // maps to; the legacy-default-stream variants, never _ptds/_ptsz.
@@ -79,7 +86,13 @@ constexpr unsigned CU_EVENT_BLOCKING_SYNC = 0x1, CU_EVENT_DISABLE_TIMING = 0x2;
   X(cuEventDestroy_v2, (CUevent))                                          \
   X(cuEventRecord, (CUevent, CUstream))                                   \
   X(cuEventQuery, (CUevent))                                               \
-  X(cuEventSynchronize, (CUevent))
+  X(cuEventSynchronize, (CUevent))                                         \
+  X(cuModuleLoadData, (CUmodule*, const void*))                           \
+  X(cuModuleGetFunction, (CUfunction*, CUmodule, const char*))            \
+  X(cuModuleUnload, (CUmodule))                                            \
+  X(cuFuncSetAttribute, (CUfunction, int, int))                           \
+  X(cuLaunchKernel, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, \
+                     unsigned, CUstream, void**, void**))
 
 struct Driver {
 #define FLAGOS_CUDA_SLOT(name, params) CUresult(*name) params = nullptr;
@@ -87,6 +100,8 @@ struct Driver {
 #undef FLAGOS_CUDA_SLOT
   CUresult (*cuEventElapsedTime)(float*, CUevent, CUevent) = nullptr;  // _v2 from CUDA 12.8
   CUresult (*cuGetErrorName)(CUresult, const char**) = nullptr;         // optional
+  // The offset and size of a kernel's parameter (CUDA 12.4 and later; optional).
+  CUresult (*cuFuncGetParamInfo)(CUfunction, size_t, size_t*, size_t*) = nullptr;
 };
 extern Driver driver;  // resolved by Cuda::open
 
@@ -116,12 +131,22 @@ struct CudaEvent : kit::EventBase {
   CUevent last() { return per_device[device.load(std::memory_order_acquire)].load(); }  // recorded
 };
 
+struct CudaModule : kit::ModuleBase {
+  CUmodule cu = nullptr;
+};
+
+struct CudaFunction : kit::FunctionBase {
+  CUfunction cu = nullptr;
+};
+
 struct Cuda : kit::VendorDefaults {
   static constexpr const char* kName = "cuda";
   static constexpr flagos_native_device_t kNativeDevice = FLAGOS_NATIVE_CUDA;
   static constexpr bool kRefuseAfterFork = true;  // the driver cannot be used across fork()
   using Stream = CudaStream;
   using Event = CudaEvent;
+  using Module = CudaModule;
+  using Function = CudaFunction;
 
   FLAGOS_HAL_KIT_RUNTIME_CALLS()
   // optional kit calls (device.cpp, memory.cpp)
@@ -129,6 +154,7 @@ struct Cuda : kit::VendorDefaults {
   static Status set_device(int device);
   static Status device_synchronize(int device);
   static Status pointer_attributes(const void* ptr, flagos_pointer_attributes_t* attr);
+  FLAGOS_HAL_KIT_KERNEL_CALLS()  // the kernel extension (kit/kernels.hpp; kernels.cpp)
 };
 
 using Kit = kit::Hal<Cuda>;

@@ -22,7 +22,10 @@ int g_driver_version = 0;          // e.g. 13000
 
 // CUresult codes (cuda.h) by the flagos status they mean.
 const kit::ErrorMap map_cu = {
-    {FLAGOS_ERROR_INVALID_VALUE, {1}},
+    // invalid value; an image that is invalid, for no GPU of this kind, of bad PTX or of
+    // an unsupported PTX version, an invalid source, a kernel not found; a launch that
+    // needs more resources than a block has
+    {FLAGOS_ERROR_INVALID_VALUE, {1, 200, 209, 218, 222, 300, 500, 701}},
     {FLAGOS_ERROR_OUT_OF_MEMORY, {2}},
     // not initialized, deinitialized, stub library, device unavailable, no device,
     // system not ready, driver mismatch, compat not supported on device
@@ -61,6 +64,7 @@ Status Cuda::open(int* device_count) {
 #undef FLAGOS_CUDA_RESOLVE
   lib.resolve_any(driver.cuEventElapsedTime, {"cuEventElapsedTime_v2", "cuEventElapsedTime"});
   lib.resolve_optional(driver.cuGetErrorName, "cuGetErrorName");
+  lib.resolve_optional(driver.cuFuncGetParamInfo, "cuFuncGetParamInfo");
   FLAGOS_KIT_TRY(lib.complete("an NVIDIA driver"));
   if (driver.cuDriverGetVersion(&g_driver_version) != CUDA_SUCCESS) g_driver_version = 0;
   CUresult r = driver.cuInit(0);

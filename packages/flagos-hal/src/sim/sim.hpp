@@ -4,6 +4,7 @@
 //   memory.cpp  an arena of host memory per device with a best-fit allocator
 //   stream.cpp  streams as worker threads, events as markers in their queues
 //   graph.cpp   the graph runtime: loads plans (plan.hpp) and runs them on a stream
+//   kernels.cpp the kernel extension: host libraries of C kernels, run on a stream
 #pragma once
 
 #include <atomic>
@@ -99,6 +100,22 @@ struct SimGraph : kit::GraphBase {
   std::shared_ptr<const LoadedPlan> loaded;
 };
 
+// ---- kernels (kernels.cpp) ------------------------------------------------------------
+// A loaded image; shared by its module, its functions and their queued launches, so that
+// unloading the module while launches are pending is safe.
+struct KernelLibrary {
+  void* handle = nullptr;
+  const flagos_hal_sim_kernel_t* kernels = nullptr;
+  ~KernelLibrary();
+};
+struct SimModule : kit::ModuleBase {
+  std::shared_ptr<KernelLibrary> lib;
+};
+struct SimFunction : kit::FunctionBase {
+  std::shared_ptr<KernelLibrary> lib;
+  const flagos_hal_sim_kernel_t* kernel = nullptr;
+};
+
 // ---- the vendor class the kit calls ------------------------------------------------
 struct Sim : kit::VendorDefaults {
   static constexpr const char* kName = "sim";
@@ -108,6 +125,8 @@ struct Sim : kit::VendorDefaults {
   using Stream = SimStream;
   using Event = SimEvent;
   using Graph = SimGraph;
+  using Module = SimModule;
+  using Function = SimFunction;
 
   FLAGOS_HAL_KIT_RUNTIME_CALLS()
   // the graph runtime (kit/graph.hpp)
@@ -116,6 +135,7 @@ struct Sim : kit::VendorDefaults {
   static Status graph_execute(Graph& g, const void* const* inputs, void* const* outputs, void* workspace,
                               Stream& stream);
   static Status graph_destroy(Graph& g);
+  FLAGOS_HAL_KIT_KERNEL_CALLS()  // the kernel extension (kit/kernels.hpp; kernels.cpp)
 };
 
 }  // namespace flagos_sim

@@ -4,10 +4,14 @@
  * points the HAL resolves, runs all work synchronously, and enforces the driver rules the
  * HAL must follow: a current context for allocations and stream work, a stream used only
  * in its own context, an event recorded only on a stream of its context, timing-disabled
- * events refused by cuEventElapsedTime. FAKE_CUDA_DEVICES sets the device count (2);
+ * events refused by cuEventElapsedTime, kernels launched only in their module's context.
+ * Its "JIT" loads PTX text and finds the `.entry` kernels it names among the host kernels
+ * below (the conformance suite's vector_add and program_ids); other images are invalid.
+ * FAKE_CUDA_DEVICES sets the device count (2);
  * built with -DFAKE_CUDA_TOO_OLD it lacks cuMemAlloc_v2 (a driver too old for the HAL).
  */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,7 +86,8 @@ CUresult cuDeviceGet(int* d, int i) { if (i < 0 || i >= g_devices) return INVALI
 CUresult cuDeviceGetName(char* name, int len, int d) { (void)d; strncpy(name, "Fake CUDA Device", len); return OK; }
 CUresult cuDeviceGetAttribute(int* v, int attr, int d) {
   (void)d;
-  *v = attr == 16 ? 132 : attr == 75 ? 9 : attr == 76 ? 0 : 1;
+  *v = attr == 16 ? 132 : attr == 75 ? 9 : attr == 76 ? 0 : attr == 10 ? 32 : attr == 1 ? 1024
+     : attr == 97 ? 232448 : 1;
   return OK;
 }
 CUresult cuDeviceTotalMem_v2(size_t* t, int d) { (void)d; *t = TOTAL_MEMORY; return OK; }
@@ -256,5 +261,82 @@ CUresult cuEventSynchronize(event_t* e) { return e ? OK : INVALID_HANDLE; }
 CUresult cuEventElapsedTime(float* ms, event_t* a, event_t* b) {
   if (!a || !b || !a->recorded || !b->recorded || (a->flags | b->flags) & 0x2) return INVALID_HANDLE;
   *ms = (float)(b->ms - a->ms);
+  return OK;
+}
+
+/* ---- modules and kernels ------------------------------------------------------------ */
+enum { INVALID_IMAGE = 200, NOT_FOUND = 500 };
+typedef struct dim { unsigned x, y, z; } dim_t;
+typedef void (*host_kernel_t)(dim_t grid, dim_t block, void** params);
+typedef struct func { ctx_t* ctx; const char* name; host_kernel_t run; int nparams; int shared; } func_t;
+typedef struct module { ctx_t* ctx; char* text; func_t funcs[2]; } module_t;
+
+static void vector_add(dim_t grid, dim_t block, void** params) {
+  const float* a = *(const float**)params[0];
+  const float* b = *(const float**)params[1];
+  float* out = *(float**)params[2];
+  long long n = *(long long*)params[3];
+  for (long long i = 0; i < (long long)grid.x * block.x; ++i) {
+    if (i < n) out[i] = a[i] + b[i];
+  }
+}
+
+static void program_ids(dim_t grid, dim_t block, void** params) {
+  (void)block;
+  unsigned* out = *(unsigned**)params[0];
+  for (unsigned i = 0; i < grid.x * grid.y * grid.z; ++i) out[i] = i;
+}
+
+static const struct { const char* name; host_kernel_t run; int nparams; } g_kernels[] = {
+    {"vector_add", vector_add, 4}, {"program_ids", program_ids, 1}};
+
+CUresult cuModuleLoadData(module_t** m, const void* image) {
+  if (!t_ctx) return INVALID_CONTEXT;
+  const char* text = (const char*)image;
+  if (!strstr(text, ".version") || !strstr(text, ".entry")) return INVALID_IMAGE;
+  module_t* mod = calloc(1, sizeof *mod);
+  mod->ctx = t_ctx;
+  mod->text = strdup(text);
+  *m = mod;
+  return OK;
+}
+CUresult cuModuleGetFunction(func_t** f, module_t* m, const char* name) {
+  if (!m || m->ctx != t_ctx) return INVALID_HANDLE;
+  char entry[128];
+  snprintf(entry, sizeof entry, ".entry %s(", name);
+  for (int i = 0; i < 2; ++i) {
+    if (strcmp(g_kernels[i].name, name) != 0 || !strstr(m->text, entry)) continue;
+    func_t* fn = &m->funcs[i];
+    *fn = (func_t){m->ctx, g_kernels[i].name, g_kernels[i].run, g_kernels[i].nparams, 0};
+    *f = fn;
+    return OK;
+  }
+  return NOT_FOUND;
+}
+CUresult cuModuleUnload(module_t* m) {
+  if (!m) return INVALID_HANDLE;
+  free(m->text);
+  free(m);
+  return OK;
+}
+CUresult cuFuncSetAttribute(func_t* f, int attr, int value) {
+  if (!f || attr != 8 || value < 0 || value > 232448) return INVALID_VALUE;
+  f->shared = value;
+  return OK;
+}
+CUresult cuFuncGetParamInfo(func_t* f, size_t index, size_t* offset, size_t* size) {
+  if (!f || index >= (size_t)f->nparams) return INVALID_VALUE;
+  *offset = index * 8;
+  *size = 8;
+  return OK;
+}
+CUresult cuLaunchKernel(func_t* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                        unsigned bz, unsigned shared, stream_t* s, void** params, void** extra) {
+  if (!f || extra) return INVALID_VALUE;
+  if (f->ctx != t_ctx || (s && s->ctx != t_ctx)) return INVALID_CONTEXT;
+  if (!gx || !gy || !gz || !bx || !by || !bz || (int)shared > (f->shared > 49152 ? f->shared : 49152)) {
+    return INVALID_VALUE;
+  }
+  f->run((dim_t){gx, gy, gz}, (dim_t){bx, by, bz}, params);
   return OK;
 }

@@ -68,6 +68,7 @@
 #include "flagos_hal/kit/errors.hpp"
 #include "flagos_hal/kit/faults.hpp"
 #include "flagos_hal/kit/graph.hpp"
+#include "flagos_hal/kit/kernels.hpp"
 #include "flagos_hal/kit/registry.hpp"
 #include "flagos_hal/status_text.h"
 #include "flagos_hal/test_control.h"
@@ -225,6 +226,8 @@ class Hal {
   // For the kit's graph runtime (graph.hpp): the checks of the other calls.
   static Status require_device(int device, const char* fn) { return check_device(device, fn); }
   static int device_of_range(const void* p, size_t n) { return state().allocs.device_of_range(p, n); }
+  // For the kernel extension (kernels.hpp): the vendor's activate(device) before its calls.
+  static Status enter_device(int device) { return activate(device); }
 
   static const flagos_hal_table_t* table() {
     static const flagos_hal_table_t t = make_table();
@@ -882,6 +885,16 @@ class Hal {
       t.graph_get_tensor_info = detail::Guarded<&G::get_tensor_info>::call;
       t.graph_execute = detail::Guarded<&G::execute>::call;
       t.graph_destroy = detail::Guarded<&G::destroy>::call;
+    }
+    if constexpr (detail::HasKernels<V>::value) {  // the optional kernel extension (kernels.hpp)
+      using K = KernelRuntime<V, Hal<V>>;
+      t.kernel_get_formats = detail::Guarded<&K::get_formats>::call;
+      t.kernel_get_target = detail::Guarded<&K::get_target>::call;
+      t.module_load = detail::Guarded<&K::load>::call;
+      t.module_get_function = detail::Guarded<&K::get_function>::call;
+      t.function_set_shared_memory = detail::Guarded<&K::set_shared_memory>::call;
+      t.launch_kernel = detail::Guarded<&K::launch>::call;
+      t.module_unload = detail::Guarded<&K::unload>::call;
     }
     return t;
   }
