@@ -17,7 +17,7 @@ calls as the workload makes). At every point:
   the HAL's live streams and events.
 
 Run as a script for the longer, benchmark-style sweep; ``test_fault_sweep.py`` runs a CI
-sized one. Opaque memory needs ``FLAGOS_NO_HOST_ALIAS=1`` in the environment (read at load).
+sized one. Opaque memory needs ``FLAGOS_NO_TWIN=1`` in the environment (read at load).
 
     python integration_tests/fault_sweep.py --first 20 --json faults.json
     python integration_tests/fault_sweep.py --hal cuda --first 3 --json faults-cuda.json
@@ -398,7 +398,7 @@ def sweep(first: int, workloads: list[str], kinds: list[str] | None = None,
                 if verbose:
                     print(f"{workload} {kind}:{call}", file=sys.stderr, flush=True)
                 points.append(run_point(ctl, workload, kind, call, base, ref))
-    return {"mode": "opaque" if os.environ.get("FLAGOS_NO_HOST_ALIAS") == "1" else "host",
+    return {"mode": "opaque" if os.environ.get("FLAGOS_NO_TWIN") == "1" else "host",
             "first": first, "calls_per_step": counts, "machine": machine(hal_name()),
             "points": [asdict(p) | {"survived": p.survived} for p in points],
             "seconds": time.monotonic() - start}
@@ -446,10 +446,10 @@ def run_mode(first: int, opaque: bool, workloads: list[str] | None = None,
     """The sweep in a process of its own on HAL `hal`, on host-addressable or opaque
     memory."""
     env = dict(os.environ, FLAGOS_HAL=hal)
-    env.pop("FLAGOS_NO_HOST_ALIAS", None)
+    env.pop("FLAGOS_NO_TWIN", None)
     env.pop(f"FLAGOS_{hal.upper()}_FAULT", None)
     if opaque:
-        env["FLAGOS_NO_HOST_ALIAS"] = "1"
+        env["FLAGOS_NO_TWIN"] = "1"
     cmd = [sys.executable, __file__, "--one-mode", "--first", str(first),
            "--workloads", *(workloads or WORKLOADS)]
     if kinds:
@@ -472,7 +472,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hal", default=os.environ.get("FLAGOS_HAL", "sim"),
                     help="the HAL to sweep (a HAL built on the kit; default: FLAGOS_HAL, else sim)")
     ap.add_argument("--memory", nargs="+", choices=["host", "opaque"], default=["host", "opaque"],
-                    help="host-addressable memory, opaque memory (FLAGOS_NO_HOST_ALIAS=1)")
+                    help="host-addressable memory, opaque memory (FLAGOS_NO_TWIN=1)")
     ap.add_argument("--verbose", action="store_true", help="name each point as it runs")
     ap.add_argument("--one-mode", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)

@@ -4,7 +4,7 @@ For each installed provider alone (with the CPU fallback behind it), for the CPU
 alone, for the shipped defaults and for every routing file a package ships (entry-point
 group ``flagos.routes``), a small Llama training step (forward, cross-entropy, backward,
 AdamW step, twice) runs on flagos:0 in a process of its own, on host-addressable memory
-and on opaque memory (``FLAGOS_NO_HOST_ALIAS=1``). Each case ends in one of:
+and on opaque memory (``FLAGOS_NO_TWIN=1``). Each case ends in one of:
 
 - ``match``: the losses and the updated parameters equal the CPU run's (within the
   tolerance of float32 kernels that sum in another order);
@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from importlib import metadata
 
 GOOD = ("match", "error")
-MEMORY = {"host": {}, "opaque": {"FLAGOS_NO_HOST_ALIAS": "1"}}
+MEMORY = {"host": {}, "opaque": {"FLAGOS_NO_TWIN": "1"}}
 TIMEOUT_S = 300.0
 STEPS = 2  # the second step reads the optimizer state the first one wrote
 
@@ -139,7 +139,7 @@ def classify(result: dict, providers: list[str]) -> tuple[str, str]:
 def run_case(case: Case, providers: list[str], timeout: float = TIMEOUT_S) -> Outcome:
     env = {**os.environ, **case.env, "PYTHONUNBUFFERED": "1",
            "FLAGOS_ROUTE_SWEEP_DUMP_S": str(max(5.0, timeout - 15))}
-    for var in ("FLAGOS_ROUTES", "FLAGOS_ROUTES_FILE", "FLAGOS_NO_HOST_ALIAS"):
+    for var in ("FLAGOS_ROUTES", "FLAGOS_ROUTES_FILE", "FLAGOS_NO_TWIN"):
         if var not in case.env:
             env.pop(var, None)
     t0 = time.perf_counter()

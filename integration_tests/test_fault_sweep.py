@@ -1,7 +1,7 @@
 """The fault-injection sweep (fault_sweep.py), sized for CI: every fault kind of the HAL
 kit at its first calls within a training and an inference step, on the HAL under test (sim
 in CI, cuda on a GPU machine), on host-addressable and on opaque memory (one process each:
-FLAGOS_NO_HOST_ALIAS is read at load)."""
+FLAGOS_NO_TWIN is read at load)."""
 
 from __future__ import annotations
 

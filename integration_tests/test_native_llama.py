@@ -1,4 +1,4 @@
-"""A TinyLlama training step on opaque memory (FLAGOS_NO_HOST_ALIAS=1, the situation of a
+"""A TinyLlama training step on opaque memory (FLAGOS_NO_TWIN=1, the situation of a
 chip whose memory no native torch device can address): every op the sim kernel library
 serves runs on `native`, the rest on the CPU fallback, and the loss, the gradients and the
 updated weights match the same step on the CPU. Run twice: with RMS norm and attention
@@ -50,7 +50,7 @@ print(json.dumps({"served": sorted(served), "stats": stats}))
 
 @pytest.mark.parametrize("spelling", ["unfused", "fused"])
 def test_tinyllama_step_native_matches_cpu(spelling):
-    env = dict(os.environ, FLAGOS_NO_HOST_ALIAS="1", FLAGOS_HAL="sim")
+    env = dict(os.environ, FLAGOS_NO_TWIN="1", FLAGOS_HAL="sim")
     proc = subprocess.run([sys.executable, "-c", STEP, spelling], env=env, capture_output=True,
                           text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-4000:]

@@ -1,4 +1,4 @@
-"""The OpInfo sweep with `native` first, on opaque memory (FLAGOS_NO_HOST_ALIAS=1), for
+"""The OpInfo sweep with `native` first, on opaque memory (FLAGOS_NO_TWIN=1), for
 the OpInfos whose ops the sim kernel library (simk) serves: forward, backward, out= and
 in-place match the CPU, and every routed call of an op simk serves ran on native (not on
 the CPU fallback, which serves only the ops simk lacks: fills, copies, pow, ...)."""
@@ -35,7 +35,7 @@ def test_opinfo_sweep_native_first(tmp_path, dtype):
 
     served = {o for e in parse(native.manifest_dir() / "simk.toml").ops for o in e.overloads}
     out = tmp_path / "sweep.json"
-    env = dict(os.environ, FLAGOS_NO_HOST_ALIAS="1", FLAGOS_HAL="sim")
+    env = dict(os.environ, FLAGOS_NO_TWIN="1", FLAGOS_HAL="sim")
     proc = subprocess.run(
         [sys.executable, os.path.join(HERE, "opinfo_sweep.py"), "--route", "native",
          "--ops", ",".join(NATIVE_OPINFOS), "--max-samples", "2", "--jobs", "2",

@@ -35,7 +35,7 @@ for s in "$@"; do
         || { echo "BUILD FAILED flagos-ops-native"; tail -30 "$OUT/build-flagos-ops-native.log"; }
       FLAGOS_HAL=cuda timeout 120 python3 -c "import torch, flagos; print(flagos.routing.explain('aten::mm.out'))" \
         2>&1 | tee "$OUT/native-cuda-routes.log" | tail -12
-      FLAGOS_HAL=sim FLAGOS_NO_HOST_ALIAS=1 timeout 400 python3 -m pytest -q -p no:cacheprovider \
+      FLAGOS_HAL=sim FLAGOS_NO_TWIN=1 timeout 400 python3 -m pytest -q -p no:cacheprovider \
         packages/flagos-ops-native/tests 2>&1 | tee "$OUT/native-tests.log" | tail -5
       FLAGOS_HAL=sim timeout 300 python3 packages/flagos-ops-native/benchmarks/native_overhead.py \
         2>&1 | tee "$OUT/native-bench.log" | tail -14

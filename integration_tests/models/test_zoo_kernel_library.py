@@ -27,7 +27,7 @@ def test_model_matches_cpu_through_a_kernel_library(name: str) -> None:
     pytest.importorskip(CASES[name].library)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(TEST_KERNELS), *filter(None, [os.environ.get("PYTHONPATH")])]))
-    for setting in ("FLAGOS_ROUTES_FILE", "FLAGOS_ROUTES", "FLAGOS_NO_HOST_ALIAS",
+    for setting in ("FLAGOS_ROUTES_FILE", "FLAGOS_ROUTES", "FLAGOS_NO_TWIN",
                     "TRITON_INTERPRET", *(k for k in env if k.startswith("FLAGOS_SHADOW"))):
         env.pop(setting, None)  # the routes and paths under test are the run's own
     if hal_name() == "sim":

@@ -1,4 +1,4 @@
-"""A subset of the zoo with FLAGOS_NO_HOST_ALIAS=1: every HAL counts as opaque, so ops
+"""A subset of the zoo with FLAGOS_NO_TWIN=1: every HAL counts as opaque, so ops
 take the staged CPU-fallback paths of a vendor whose memory the host cannot address.
 The variable is read when flagos loads: each case runs in a process of its own."""
 
@@ -17,6 +17,6 @@ OPAQUE = ["Llama", "BERT (padding mask)", "UNet2DModel", "QwenImage21 transforme
 @pytest.mark.parametrize("name", OPAQUE)
 def test_model_matches_cpu_on_opaque_memory(name: str) -> None:
     pytest.importorskip(CASES[name].library)
-    proc, record = run_in_process(name, "opaque", dict(os.environ, FLAGOS_NO_HOST_ALIAS="1"))
+    proc, record = run_in_process(name, "opaque", dict(os.environ, FLAGOS_NO_TWIN="1"))
     assert proc.returncode == 0 and record and record["status"] == "pass", (
         f"{name} on opaque memory failed ({proc.returncode})\n{proc.stdout}\n{proc.stderr}")

@@ -3,7 +3,7 @@
     python integration_tests/models/zoo_run.py [--mode MODE] [--shadow]
         [--kernel-library MODULE:CLASS] NAME...
 
-The opaque-memory tests start it with FLAGOS_NO_HOST_ALIAS=1, which flagos reads when it
+The opaque-memory tests start it with FLAGOS_NO_TWIN=1, which flagos reads when it
 loads, so it needs a process of its own.
 
 ``--shadow`` checks every routed op call of each case against torch's CPU kernels on

@@ -4,7 +4,7 @@ runtime (torch.compile with flagos_compile.offload), and native CPU eager.
 
     python benchmarks/offload_policy.py [--json PATH] [--rounds 5] [--iters 20]
 
-FLAGOS_NO_HOST_ALIAS=1 is set before flagos loads (unless already set otherwise), so the
+FLAGOS_NO_TWIN=1 is set before flagos loads (unless already set otherwise), so the
 sim device behaves as a chip whose memory the host cannot address: eager ops take the
 staged CPU-fallback path, as on an edge NPU with no per-op kernels. Variants run in
 interleaved rounds; the median of the rounds is kept.
@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 
-os.environ.setdefault("FLAGOS_NO_HOST_ALIAS", "1")
+os.environ.setdefault("FLAGOS_NO_TWIN", "1")
 
 import torch
 
@@ -56,7 +56,7 @@ def main() -> None:
     base = RobotPolicy().eval()
     table = Table(
         "offload_policy",
-        ("Robot policy net on sim with opaque memory (FLAGOS_NO_HOST_ALIAS=1): eager through CPU "
+        ("Robot policy net on sim with opaque memory (FLAGOS_NO_TWIN=1): eager through CPU "
          f"fallback vs whole-graph offload vs native CPU eager, per inference, median of {args.rounds} rounds"),
         ["model", "offloaded regions", "flagos eager via CPU fallback ms", "flagos offloaded ms",
          "native CPU eager ms", "offloaded speedup over eager fallback", "offloaded time / CPU eager"],

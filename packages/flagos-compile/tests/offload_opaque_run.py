@@ -1,4 +1,4 @@
-"""Run by test_offload.py with FLAGOS_NO_HOST_ALIAS=1: the policy net eager through CPU
+"""Run by test_offload.py with FLAGOS_NO_TWIN=1: the policy net eager through CPU
 fallback and offloaded (one region; two regions and an eager LayerNorm), against the CPU,
 on memory the host cannot address. Prints OPAQUE-OK when everything matched."""
 
@@ -10,7 +10,7 @@ import torch
 from flagos_compile.models import RobotPolicy
 from flagos_compile.offload import OffloadBackend
 
-assert torch.flagos.get_device_properties(0).twin_device == "none", "FLAGOS_NO_HOST_ALIAS=1 is not in effect"
+assert torch.flagos.get_device_properties(0).twin_device == "none", "FLAGOS_NO_TWIN=1 is not in effect"
 torch.manual_seed(0)
 model = RobotPolicy().eval()
 image, state = torch.randn(2, 3, 32, 32), torch.randn(2, 8)

@@ -179,8 +179,8 @@ def test_weights_changed_after_compile_are_refused(graph_runtime, policy, cache_
 
 
 def test_policy_on_opaque_memory(graph_runtime, cache_dir):
-    """FLAGOS_NO_HOST_ALIAS=1 (read when flagos loads): a process of its own."""
-    env = dict(os.environ, FLAGOS_NO_HOST_ALIAS="1", FLAGOS_OFFLOAD_CACHE=str(cache_dir))
+    """FLAGOS_NO_TWIN=1 (read when flagos loads): a process of its own."""
+    env = dict(os.environ, FLAGOS_NO_TWIN="1", FLAGOS_OFFLOAD_CACHE=str(cache_dir))
     proc = subprocess.run([sys.executable, str(HERE / "offload_opaque_run.py")], env=env,
                           capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr

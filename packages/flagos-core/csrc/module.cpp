@@ -112,7 +112,7 @@ PYBIND11_MODULE(_C, m) {
     return flagos::device_results_allowed(*op);
   }, py::arg("name"), py::arg("overload") = "");
   // The twin device the engines use for a device ("cpu", "cuda" or "none"): the HAL's
-  // native device unless FLAGOS_NO_HOST_ALIAS makes every HAL count as opaque.
+  // native device unless FLAGOS_NO_TWIN makes every HAL count as opaque.
   m.def("_twin_device", [](int d) -> std::string {
     auto twin = flagos::twin_device_type(static_cast<c10::DeviceIndex>(d));
     if (!twin) return "none";

@@ -60,4 +60,4 @@ def test_cpu_route_and_opaque_memory_close_the_gap(run_python):
         "import torch\n"
         "ids = torch.tensor([0, 2, 2, 3], dtype=torch.int32, device='flagos')\n"
         "assert torch.histc(ids, bins=4, min=0, max=3).cpu().tolist() == [1, 0, 2, 1]\n",
-        env={"FLAGOS_NO_HOST_ALIAS": "1"})
+        env={"FLAGOS_NO_TWIN": "1"})

@@ -392,7 +392,7 @@ def test_op_shapes(route):
 
 
 def test_copying_path_writes_back_mutated_arguments():
-    """FLAGOS_NO_HOST_ALIAS=1: the cpu provider copies (as on opaque vendor memory); in-place,
+    """FLAGOS_NO_TWIN=1: the cpu provider copies (as on opaque vendor memory); in-place,
     out= and BatchNorm's undeclared running-stat updates must still land on flagos."""
     code = textwrap.dedent("""
         import torch, flagos
@@ -410,7 +410,7 @@ def test_copying_path_writes_back_mutated_arguments():
         print("ok", flagos.routing.resolve("aten::sin.out", 0))
     """)
     # The copying cpu provider itself: a vendor kernel library (native) would serve first.
-    env = dict(os.environ, FLAGOS_NO_HOST_ALIAS="1", FLAGOS_ROUTES="default=cpu")
+    env = dict(os.environ, FLAGOS_NO_TWIN="1", FLAGOS_ROUTES="default=cpu")
     env["PYTHONPATH"] = os.pathsep.join(
         [str(Path(flagos.__file__).resolve().parent.parent), env.get("PYTHONPATH", "")])
     p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,

@@ -27,5 +27,5 @@ print("ok")
 
 
 def test_copies_routed_to_the_cpu_fallback_on_opaque_memory(run_python):
-    r = run_python(CODE, env={"FLAGOS_NO_HOST_ALIAS": "1"}, check=False)
+    r = run_python(CODE, env={"FLAGOS_NO_TWIN": "1"}, check=False)
     assert r.returncode == 0 and "ok" in r.stdout, (r.returncode, r.stderr[-3000:])

@@ -36,4 +36,4 @@ def test_group_norm_channels_last_on_opaque_memory(run_python):
         "x = torch.randn(2, 8, 4, 4).contiguous(memory_format=torch.channels_last)\n"
         "got = F.group_norm(x.to('flagos'), 2).cpu()\n"
         "torch.testing.assert_close(got, F.group_norm(x, 2))\n",
-        env={"FLAGOS_NO_HOST_ALIAS": "1"})
+        env={"FLAGOS_NO_TWIN": "1"})

@@ -54,6 +54,6 @@ def test_two_hals(run_python, sim_copy, sim_only):
 
 def test_two_hals_staged(run_python, sim_copy, sim_only):
     """The same with opaque memory: every copy across HALs is staged through the host."""
-    out = run_python(CODE, env={"FLAGOS_HAL": f"sim,{sim_copy}", "FLAGOS_NO_HOST_ALIAS": "1",
+    out = run_python(CODE, env={"FLAGOS_HAL": f"sim,{sim_copy}", "FLAGOS_NO_TWIN": "1",
                                 "FLAGOS_ROUTES": "default=cpu"}).stdout
     _check(out)

@@ -2,7 +2,7 @@
 as_strided, _local_scalar_dense, fill_/zero_.
 
 The whole module runs twice: in this process (sim memory aliased by the CPU) and, through
-``test_staged_path_without_host_alias``, in a child with FLAGOS_NO_HOST_ALIAS=1, where
+``test_staged_path_without_host_alias``, in a child with FLAGOS_NO_TWIN=1, where
 every copy takes the staged path that HALs with opaque device memory use.
 """
 
@@ -278,12 +278,12 @@ def test_zero_on_side_stream_is_ordered(device0):
     assert total == 0
 
 
-@pytest.mark.skipif(os.environ.get("FLAGOS_NO_HOST_ALIAS") == "1",
+@pytest.mark.skipif(os.environ.get("FLAGOS_NO_TWIN") == "1",
                     reason="already the staged run")
 def test_staged_path_without_host_alias():
-    """Re-run this module with FLAGOS_NO_HOST_ALIAS=1 (copies staged through the host)."""
+    """Re-run this module with FLAGOS_NO_TWIN=1 (copies staged through the host)."""
     # Compute goes to the CPU fallback: the boxing provider needs host-addressable memory.
-    env = dict(os.environ, FLAGOS_NO_HOST_ALIAS="1", FLAGOS_HAL="sim", FLAGOS_ROUTES="default=cpu")
+    env = dict(os.environ, FLAGOS_NO_TWIN="1", FLAGOS_HAL="sim", FLAGOS_ROUTES="default=cpu")
     env["PYTHONPATH"] = os.pathsep.join(
         [os.path.dirname(os.path.dirname(torch.flagos.__file__)),
          *filter(None, [os.environ.get("PYTHONPATH")])])

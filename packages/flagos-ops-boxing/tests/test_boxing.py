@@ -77,3 +77,23 @@ def test_convolutions_run_on_the_twin_forward_and_backward() -> None:
     stats = flagos.routing.stats()
     for hook in ("aten::convolution_overrideable", "aten::convolution_backward_overrideable"):
         assert set(stats[hook]) == {"boxing"}, stats[hook]
+
+
+def test_no_twin_mode_skips_boxing_with_the_reason() -> None:
+    # FLAGOS_NO_TWIN=1 (read when flagos loads): no device has a twin, so boxing is not
+    # available on any HAL, and explain says why instead of "does not serve".
+    import subprocess
+    import sys
+
+    code = ("import torch, flagos\n"
+            "hal = torch.flagos.get_device_properties(0).hal\n"
+            "assert torch.flagos.get_device_properties(0).twin_device == 'none'\n"
+            "print(flagos.routing.explain('aten::mm.out').devices[0])\n"
+            "x = torch.ones(2, 3, device='flagos')\n"
+            "assert torch.equal((x @ x.T).cpu(), torch.full((2, 2), 3.0))\n")
+    r = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, FLAGOS_NO_TWIN="1"),
+                       capture_output=True, text=True, timeout=300, check=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "- boxing: skipped, not available on HAL" in r.stdout, r.stdout
+    assert "its devices have no twin device (opaque memory, or FLAGOS_NO_TWIN=1)" in r.stdout
+    assert "served by: boxing" not in r.stdout

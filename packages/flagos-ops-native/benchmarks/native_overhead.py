@@ -1,4 +1,4 @@
-"""What the native path costs, on the sim device with opaque memory (FLAGOS_NO_HOST_ALIAS=1).
+"""What the native path costs, on the sim device with opaque memory (FLAGOS_NO_TWIN=1).
 
 1. Host cost per call on small tensors: simk's add kernel called directly (plan + execute
    on the current stream, from C++) against the same call through the flagos dispatcher,
@@ -22,7 +22,7 @@ import os
 import statistics
 import time
 
-os.environ["FLAGOS_NO_HOST_ALIAS"] = "1"
+os.environ["FLAGOS_NO_TWIN"] = "1"
 os.environ.setdefault("FLAGOS_HAL", "sim")
 
 import flagos

@@ -1,6 +1,6 @@
 """Every float8 dtype and packed FP4 (float4_e2m1fn_x2, uint8) on flagos: stored, copied,
 cast, sliced, saved and loaded with their bytes intact, on host-aliased memory and (in a
-process of its own) on opaque memory (FLAGOS_NO_HOST_ALIAS=1)."""
+process of its own) on opaque memory (FLAGOS_NO_TWIN=1)."""
 
 from __future__ import annotations
 
@@ -64,9 +64,9 @@ def test_casts_match_cpu(dtype) -> None:
 
 
 def test_opaque_memory_in_a_process_of_its_own(tmp_path: Path) -> None:
-    """FLAGOS_NO_HOST_ALIAS=1: no twin aliases, every op staged (the path of vendors with
+    """FLAGOS_NO_TWIN=1: no twin aliases, every op staged (the path of vendors with
     opaque memory). Runs the two tests above there, and an emulated scaled matmul."""
-    env = {**os.environ, "FLAGOS_NO_HOST_ALIAS": "1"}
+    env = {**os.environ, "FLAGOS_NO_TWIN": "1"}
     here = Path(__file__).parent
     code = (
         f"import sys, torch; sys.path.insert(0, {str(here)!r})\n"

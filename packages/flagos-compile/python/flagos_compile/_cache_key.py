@@ -35,7 +35,7 @@ def build_id() -> str:
     # the twin of each device decides the code (C++ or Triton) and the layouts
     twins = [torch.flagos.get_device_properties(i).twin_device
              for i in range(torch.flagos.device_count())]
-    h.update(repr((twins, os.environ.get("FLAGOS_NO_HOST_ALIAS"))).encode())
+    h.update(repr((twins, os.environ.get("FLAGOS_NO_TWIN"))).encode())
     lib = flagos.provider_api.extension_path()
     st = os.stat(lib)  # the core's engines decide the layouts the code asserts
     h.update(f"{os.path.basename(lib)}:{st.st_size}:{st.st_mtime_ns}".encode())

@@ -1,5 +1,5 @@
 // Which native device, if any, addresses a flagos device's memory (its twin), as the
-// HAL reports it and FLAGOS_NO_HOST_ALIAS overrides it: what the runtime (generators,
+// HAL reports it and FLAGOS_NO_TWIN overrides it: what the runtime (generators,
 // pinned memory) and the engines ask before touching memory from another device.
 #include "runtime/twin.h"
 
@@ -15,11 +15,12 @@
 namespace flagos {
 
 namespace {
-// FLAGOS_NO_HOST_ALIAS=1 treats every HAL as opaque: the staged (copying) paths that
-// vendors with opaque memory take are then exercised on sim too.
+// FLAGOS_NO_TWIN=1, the no-twin mode, treats every HAL as opaque: a CUDA GPU then stands
+// in for a chip without CUDA, and sim exercises the staged (copying) paths of vendors with
+// opaque memory.
 bool aliasing_disabled() {
   static bool disabled = [] {
-    const char* v = std::getenv("FLAGOS_NO_HOST_ALIAS");
+    const char* v = std::getenv("FLAGOS_NO_TWIN");
     return v && *v && std::string(v) != "0";
   }();
   return disabled;

@@ -1,6 +1,6 @@
 // The twin of a flagos device: the native device (the CPU for host-addressable HALs such
 // as sim, CUDA for CUDA-addressable ones) whose kernels can read its memory in place, or
-// none (opaque memory, or FLAGOS_NO_HOST_ALIAS=1).
+// none (opaque memory, or FLAGOS_NO_TWIN=1).
 #pragma once
 
 #include <c10/core/Device.h>

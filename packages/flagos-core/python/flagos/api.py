@@ -152,7 +152,7 @@ class DeviceProperties:
 
     ``native_device`` is what the HAL says can address its memory ("none", "cpu" or
     "cuda"); ``twin_device`` is the twin the flagos engines, boxing, compile and
-    distributed actually use: the same, or "none" when ``FLAGOS_NO_HOST_ALIAS`` makes every
+    distributed actually use: the same, or "none" when ``FLAGOS_NO_TWIN`` makes every
     HAL count as opaque. Code above the HAL decides by ``twin_device``, never by HAL name.
     """
 

@@ -146,7 +146,7 @@ def write_json(path: str | os.PathLike, tables: Iterable[Table],
     return data
 
 
-_ENV_IN_COMMAND = ("FLAGOS_HAL", "FLAGOS_NO_HOST_ALIAS", "FLAGOS_ROUTES_FILE", "FLAGOS_ROUTES",
+_ENV_IN_COMMAND = ("FLAGOS_HAL", "FLAGOS_NO_TWIN", "FLAGOS_ROUTES_FILE", "FLAGOS_ROUTES",
                    "FLAGOS_NATIVE_MANIFESTS")
 
 

@@ -129,7 +129,7 @@ def twin_device(device: int = 0) -> str:
 
 def twin_of_hal(hal: str) -> str | None:
     """The twin device type (``"cpu"``, ``"cuda"``) of the devices of HAL ``hal``; None
-    when their memory is opaque (no twin, or ``FLAGOS_NO_HOST_ALIAS=1``) or no device of
+    when their memory is opaque (no twin, or ``FLAGOS_NO_TWIN=1``) or no device of
     that HAL is loaded here."""
     import torch
 

@@ -79,6 +79,14 @@ class BoxingProvider(Provider):
         """True when some loaded HAL's twin device has a kernel for ``op``."""
         return any(_has_twin_kernel(op, key) for key in set(_TWIN_KEYS.values()))
 
+    def unavailable_on(self, hal: str | None) -> str | None:
+        """Why boxing cannot run on ``hal``'s devices: they have no twin device (their
+        memory is opaque, or ``FLAGOS_NO_TWIN=1``)."""
+        if hal is None or _twin_key_of_hal(hal) is not None:
+            return None
+        return (f"not available on HAL {hal!r}: its devices have no twin device (opaque "
+                "memory, or FLAGOS_NO_TWIN=1)")
+
     def serves_on(self, op: str, hal: str) -> bool:
         """True when the twin device of ``hal`` has a kernel for ``op``."""
         key = _twin_key_of_hal(hal)
