@@ -30,8 +30,8 @@ from collections.abc import Callable, Iterator, Sequence
 
 from flagos import _C
 
-__all__ = ["clear", "disabled", "record", "record_triton", "recording", "register", "stats",
-           "triton_hook_set"]
+__all__ = ["clear", "disabled", "pack_params", "record", "record_triton", "recording", "register",
+           "stats", "triton_hook_set"]
 
 # Triton's scalar parameter types (the compiled kernel's signature) as C sizes
 _INT_BYTES = {"i1": 1, "i8": 1, "i16": 2, "i32": 4, "i64": 8, "u1": 1, "u8": 1, "u16": 2,
@@ -42,11 +42,20 @@ _FLOAT_FORMATS = {"fp32": ("<f", "<I", 4), "f32": ("<f", "<I", 4), "fp64": ("<d"
 _TRITON_SCRATCH_PARAMS = {(3, 5): 2, (3, 6): 2}
 
 
+_DISPATCH_KEYS = {"flagos": "PrivateUse1", "cuda": "CUDA", "cpu": "CPU"}
+
+
 def register(op: str, device_type: str, kernel: Callable) -> None:
     """Put the launch-cached kernel in place of ``op`` ("ns::name[.overload]", defined
-    already) for ``device_type`` ("cuda", or "cpu" whose launches are host functions),
-    ``kernel`` the op's Python kernel (called as a ``torch.library`` kernel)."""
-    _C._launch_cache_register(op, device_type.upper(), kernel)
+    already) for ``device_type``, ``kernel`` the op's Python kernel (called as a
+    ``torch.library`` kernel): "flagos", where the kernel runs on flagos tensors and
+    launches through the HAL (:mod:`flagos.kernels`, recorded by themselves); "cuda" or
+    "cpu", a twin device's, where it launches through the twin's API (:func:`record`)."""
+    key = _DISPATCH_KEYS.get(device_type)
+    if key is None:
+        raise ValueError(f"flagos launch cache: device type {device_type!r} is not one of "
+                         f"{', '.join(_DISPATCH_KEYS)}")
+    _C._launch_cache_register(op, key, kernel)
 
 
 def recording() -> bool:
@@ -93,7 +102,7 @@ def record_triton(compiled: object, grid: Sequence[int], args: Sequence[object])
             or getattr(md, "profile_scratch_size", 0) or _triton_hooked():
         return False
     try:
-        params = _triton_params(signature.values(), args)
+        params = pack_params(signature.values(), args)
     except (TypeError, ValueError, OverflowError, struct.error):  # not mirrored: not kept
         return False
     if params is None:
@@ -103,9 +112,12 @@ def record_triton(compiled: object, grid: Sequence[int], args: Sequence[object])
     return record(compiled.function, g, 32 * md.num_warps, md.shared, params, compiled)
 
 
-def _triton_params(types, args) -> list[tuple[bool, int, int]] | None:
-    """The launch's parameters as Triton's CUDA launcher passes them; None for a type it
-    is not mirrored for."""
+def pack_params(types: Sequence[object], args: Sequence[object]
+                ) -> list[tuple[bool, int, int]] | None:
+    """A launch's parameters as ``(is_pointer, bytes, bits)``, from Triton's type names
+    (``*fp32`` a pointer: a tensor, an address or None; ``i32``, ``fp32``, ...; a
+    ``constexpr`` is not passed) and the values, as Triton's CUDA launcher passes them;
+    None for a type not mirrored. Raises for a value its type cannot hold."""
     params: list[tuple[bool, int, int]] = []
     for ty, value in zip(types, args):
         if not isinstance(ty, str):  # tuples, tensor descriptors

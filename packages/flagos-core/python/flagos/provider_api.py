@@ -29,6 +29,10 @@ Routing and manifest files with ``file:line`` errors: :class:`KeyLocator`,
 Adapting libraries flagos does not depend on, only in processes that import them:
 :func:`after_import`.
 
+Kernels through the HAL's kernel extension (API 1.1): :class:`KernelModule`,
+:class:`Kernel`, :class:`KernelTarget`, :func:`kernel_formats`, :func:`kernel_target`
+(:mod:`flagos.kernels`), and :mod:`flagos.launch_cache` to relaunch them from C++.
+
 Compiled code and graph runtimes: :func:`empty_strided`, :func:`sync_for_host_access`,
 :func:`current_raw_stream`, :class:`CompiledDeviceGuard`, :class:`Graph`,
 :func:`graph_formats`, :func:`hal_info`, :func:`device_properties`,
@@ -41,18 +45,21 @@ from collections.abc import Callable, Iterable
 
 from flagos import _C
 from flagos._after_import import after_import
+from flagos.kernels import Kernel, KernelModule, KernelTarget
+from flagos.kernels import formats as kernel_formats
+from flagos.kernels import target as kernel_target
 from flagos.routing.config import KeyLocator, Where, syntax_error, type_name
 
 __all__ = [
-    "API_VERSION", "CompiledDeviceGuard", "DefaultGeneratorLent", "Graph", "KeyLocator",
-    "Where", "after_import", "current_raw_stream", "device_properties", "device_results",
-    "device_results_allowed", "empty_strided", "extension_path", "graph_formats", "hal_info",
+    "API_VERSION", "CompiledDeviceGuard", "DefaultGeneratorLent", "Graph", "Kernel", "KernelModule",
+    "KernelTarget", "KeyLocator", "Where", "after_import", "current_raw_stream", "device_properties", "device_results",
+    "device_results_allowed", "empty_strided", "extension_path", "graph_formats", "hal_info", "kernel_formats", "kernel_target",
     "register_engine_provider", "register_external_provider", "register_foreign_provider",
     "results_in_flagos_memory", "route_ops_as_themselves", "routed_kernel_ops",
     "sync_for_host_access", "syntax_error", "twin_device", "twin_of_hal", "type_name",
 ]
 
-API_VERSION: tuple[int, int] = (1, 0)
+API_VERSION: tuple[int, int] = (1, 1)
 """(major, minor) of this module's interface."""
 
 

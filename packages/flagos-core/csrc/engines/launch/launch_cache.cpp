@@ -110,6 +110,8 @@ struct Param {
 };
 
 struct Launch {
+  bool hal = false;   // launched through the HAL (hal_kernel), else on the twin (kernel)
+  KernelLaunch hal_kernel;
   CompiledLaunch kernel;
   PyObjectRef keepalive;
   c10::Device device{c10::kCPU};
@@ -121,6 +123,8 @@ struct Launch {
 struct Recorded {
   int launches = 0;
   bool valid = false;  // the one launch fits a kept launch
+  bool hal = false;
+  KernelLaunch hal_kernel;
   CompiledLaunch kernel;
   PyObjectRef keepalive;
   std::vector<LaunchParam> params;
@@ -154,6 +158,8 @@ std::atomic<int64_t> n_relaunched{0}, n_python{0}, n_kept{0}, n_unkeyed{0};
 std::optional<Launch> resolve(const Recorded& rec, const std::vector<c10::IValue>& args,
                               const torch::jit::Stack& stack, size_t num_results) {
   Launch l;
+  l.hal = rec.hal;
+  l.hal_kernel = rec.hal_kernel;
   l.kernel = rec.kernel;
   l.keepalive = rec.keepalive;
   std::vector<at::Tensor> results;
@@ -176,8 +182,14 @@ std::optional<Launch> resolve(const Recorded& rec, const std::vector<c10::IValue
   l.device = results.front().device();
   // the function belongs to the context of the device current at the launch (a Python
   // kernel runs without a device guard): keep it only where that is the results' device
-  const auto* impl = c10::impl::getDeviceGuardImpl(l.device.type());
-  if (!l.device.is_cpu() && impl->getDevice() != l.device) return std::nullopt;
+  if (l.hal) {
+    // a HAL kernel belongs to the device its module was loaded on
+    if (l.device.type() != c10::DeviceType::PrivateUse1 || l.device.index() != l.hal_kernel.device)
+      return std::nullopt;
+  } else {
+    const auto* impl = c10::impl::getDeviceGuardImpl(l.device.type());
+    if (!l.device.is_cpu() && impl->getDevice() != l.device) return std::nullopt;
+  }
   for (const LaunchParam& p : rec.params) {
     if (!p.pointer || p.bits == 0) {
       l.params.push_back({Param::kValue, p.bytes, p.bits});
@@ -206,7 +218,7 @@ enum class Relaunch { kDone, kNotNow, kFailed };
 // arguments replaced by the results. Otherwise the stack is untouched: kNotNow where it
 // cannot run now, kFailed (with the driver's error in `error`) where the launch failed.
 Relaunch relaunch(const Launch& l, torch::jit::Stack* stack, size_t num_args, std::string& error) {
-  if (!twin_can_launch(l.device) || l.params.size() > kMaxParams) return Relaunch::kNotNow;
+  if ((!l.hal && !twin_can_launch(l.device)) || l.params.size() > kMaxParams) return Relaunch::kNotNow;
   c10::DeviceGuard guard(l.device);
   std::vector<at::Tensor> results;
   results.reserve(l.results.size());
@@ -217,9 +229,11 @@ Relaunch relaunch(const Launch& l, torch::jit::Stack* stack, size_t num_args, st
   }
   uint64_t values[kMaxParams];
   void* ptrs[kMaxParams];
+  size_t sizes[kMaxParams];
   const size_t base = stack->size() - num_args;
   for (size_t i = 0; i < l.params.size(); ++i) {
     const Param& p = l.params[i];
+    sizes[i] = sizeof(void*);
     switch (p.kind) {
       case Param::kArgPointer:
         values[i] = reinterpret_cast<uintptr_t>((*stack)[base + p.index].toTensor().data_ptr());
@@ -229,12 +243,18 @@ Relaunch relaunch(const Launch& l, torch::jit::Stack* stack, size_t num_args, st
         break;
       case Param::kValue:
         values[i] = p.bits;
+        sizes[i] = p.index;  // a value's size in bytes
         break;
     }
     ptrs[i] = &values[i];
   }
-  error = twin_launch(l.kernel, l.device, ptrs);
-  if (!error.empty()) return Relaunch::kFailed;
+  if (l.hal) {
+    if (launch_kernel(l.hal_kernel, ptrs, sizes, static_cast<int>(l.params.size()), &error) != FLAGOS_SUCCESS)
+      return Relaunch::kFailed;
+  } else {
+    error = twin_launch(l.kernel, l.device, ptrs);
+    if (!error.empty()) return Relaunch::kFailed;
+  }
   torch::jit::drop(*stack, num_args);
   for (auto& r : results) stack->emplace_back(std::move(r));
   return Relaunch::kDone;
@@ -341,8 +361,10 @@ void register_launch_cached_op(const std::string& op, const std::string& dispatc
   std::string name = op.substr(0, dot), overload = dot == std::string::npos ? "" : op.substr(dot + 1);
   auto handle = c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), overload.c_str());
   c10::DispatchKey key = c10::parseDispatchKey(dispatch_key);
-  TORCH_CHECK(key == c10::DispatchKey::CUDA || key == c10::DispatchKey::CPU,
-              "flagos launch cache: launches on ", dispatch_key, " are not supported (CUDA, CPU)");
+  TORCH_CHECK(key == c10::DispatchKey::PrivateUse1 || key == c10::DispatchKey::CUDA ||
+                  key == c10::DispatchKey::CPU,
+              "flagos launch cache: launches on ", dispatch_key,
+              " are not supported (PrivateUse1, CUDA, CPU)");
   std::lock_guard<std::mutex> lock(registry_mutex);
   for (auto& e : registry())
     TORCH_CHECK(!(e->op == handle && e->key == key), "flagos launch cache: ", op,
@@ -369,6 +391,22 @@ bool record_launch(uintptr_t function, const std::vector<uint32_t>& grid, uint32
   std::copy(grid.begin(), grid.end(), rec->kernel.grid);
   rec->kernel.block_threads = block_threads;
   rec->kernel.shared_bytes = shared_bytes;
+  rec->params = std::move(params);
+  rec->keepalive = keepalive;
+  return true;
+}
+
+bool record_hal_launch(const KernelLaunch& l, std::vector<LaunchParam> params,
+                       const PyObjectRef& keepalive) {
+  Recorded* rec = recording;
+  if (!rec) return false;
+  if (++rec->launches > 1 || params.size() > kMaxParams) {
+    rec->valid = false;
+    return true;
+  }
+  rec->valid = true;
+  rec->hal = true;
+  rec->hal_kernel = l;
   rec->params = std::move(params);
   rec->keepalive = keepalive;
   return true;

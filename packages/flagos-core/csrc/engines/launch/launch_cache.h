@@ -2,8 +2,11 @@
 // Triton kernel's wrapper: check, allocate the results, launch) relaunched from C++ on
 // later calls with the same argument metadata, without Python.
 //
-// An op is registered for one dispatch key (the twin device's, CUDA; CPU in the tests)
-// with its Python kernel. The boxed C++ kernel put in its place keys each call by its
+// An op is registered for one dispatch key with its Python kernel: PrivateUse1, where the
+// kernel runs on flagos tensors and launches through the HAL's kernel extension
+// (hal_kernels.h, record_hal_launch), or a twin device's (CUDA; CPU in the tests), where
+// it runs on twin tensors and launches through the twin's API (twin_launchers.h,
+// record_launch). The boxed C++ kernel put in its place keys each call by its
 // arguments' metadata: each tensor's dtype, device, sizes, strides and 16-byte alignment,
 // every other argument's value (calls with other argument kinds always run the Python
 // kernel). A key seen before with a recorded launch is relaunched: results allocated as
@@ -26,12 +29,13 @@
 #include <string>
 #include <vector>
 
+#include "engines/launch/hal_kernels.h"
 #include "engines/python/python_engine.h"
 
 namespace flagos {
 
 // Puts the cached kernel in place of `op` ("ns::name" or "ns::name.overload", defined
-// already) for `dispatch_key` ("CUDA" or "CPU"), `kernel` its Python kernel (called as
+// already) for `dispatch_key` ("PrivateUse1", "CUDA" or "CPU"), `kernel` its Python kernel (called as
 // torch calls a torch.library kernel). Once per op and key.
 void register_launch_cached_op(const std::string& op, const std::string& dispatch_key,
                                const PyObjectRef& kernel);
@@ -51,6 +55,12 @@ struct LaunchParam {
 bool record_launch(uintptr_t function, const std::vector<uint32_t>& grid, uint32_t block_threads,
                    uint32_t shared_bytes, std::vector<LaunchParam> params,
                    const PyObjectRef& keepalive);
+
+// Records the launch through the HAL the running Python kernel makes (`l`, a kernel of a
+// module loaded on flagos:l.device); false when no recording is open on this thread.
+// `keepalive` is held as long as the launch is kept (the module owning the kernel).
+bool record_hal_launch(const KernelLaunch& l, std::vector<LaunchParam> params,
+                       const PyObjectRef& keepalive);
 
 // Whether the running Python kernel is being recorded (on this thread).
 bool launch_recording();

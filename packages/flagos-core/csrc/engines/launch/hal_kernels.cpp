@@ -1,0 +1,179 @@
+// flagos._C's kernel calls: images loaded with the HAL's module_load, kernels launched with
+// launch_kernel on the current flagos stream, so a launch is ordered with the ops before
+// and after it on that stream as any op's work is.
+#include "engines/launch/hal_kernels.h"
+
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <memory>
+#include <tuple>
+#include <vector>
+
+#include "runtime/hal.h"
+#include "runtime/stream.h"
+
+namespace py = pybind11;
+
+namespace flagos {
+namespace {
+
+bool has_kernel_extension(const flagos_hal_table_t& t) {
+  return FLAGOS_HAL_HAS(&t, kernel_get_formats) && FLAGOS_HAL_HAS(&t, kernel_get_target) &&
+         FLAGOS_HAL_HAS(&t, module_load) && FLAGOS_HAL_HAS(&t, module_get_function) &&
+         FLAGOS_HAL_HAS(&t, function_set_shared_memory) && FLAGOS_HAL_HAS(&t, launch_kernel) &&
+         FLAGOS_HAL_HAS(&t, module_unload);
+}
+
+const flagos_hal_table_t& kernel_hal(c10::DeviceIndex device) {
+  const flagos_hal_table_t& t = hal_of(device);
+  if (!has_kernel_extension(t)) {
+    const char* name = "?";
+    t.get_name(&name);
+    TORCH_CHECK_NOT_IMPLEMENTED(false, "flagos: the HAL '", name, "' of flagos:", int(device),
+                                " has no kernel extension (ABI 1.2, optional): kernels cannot be "
+                                "loaded or launched on it");
+  }
+  return t;
+}
+
+std::string last_error(const flagos_hal_table_t& t) {
+  const char* text = "";
+  t.get_last_error_message(&text);
+  return text ? text : "";
+}
+
+// The comma-separated formats of flagos:device's HAL; "" without the extension.
+std::string kernel_formats(int device) {
+  const flagos_hal_table_t& t = hal_of(static_cast<c10::DeviceIndex>(device));
+  if (!has_kernel_extension(t)) return "";
+  const char* formats = "";
+  FLAGOS_HAL_CHECK(t, t.kernel_get_formats(&formats));
+  return formats ? formats : "";
+}
+
+py::dict kernel_target(int device) {
+  auto index = static_cast<c10::DeviceIndex>(device);
+  const flagos_hal_table_t& t = kernel_hal(index);
+  flagos_kernel_target_t target{};
+  target.struct_size = sizeof target;
+  FLAGOS_HAL_CHECK(t, t.kernel_get_target(hal_device(index).local_index, &target));
+  py::dict d;
+  d["backend"] = std::string(target.backend, strnlen(target.backend, sizeof target.backend));
+  d["arch"] = std::string(target.arch, strnlen(target.arch, sizeof target.arch));
+  d["warp_size"] = target.warp_size;
+  d["max_threads_per_block"] = target.max_threads_per_block;
+  d["max_shared_memory"] = target.max_shared_memory;
+  return d;
+}
+
+// A module loaded on one flagos device, unloaded when the last reference goes (the HAL
+// lets its queued launches finish first).
+class KernelModule {
+ public:
+  KernelModule(int device, const std::string& format, const py::bytes& image)
+      : device_(static_cast<c10::DeviceIndex>(device)), table_(&kernel_hal(device_)) {
+    std::string bytes = image;
+    flagos_status_t st;
+    {
+      py::gil_scoped_release release;
+      st = table_->module_load(hal_device(device_).local_index, format.c_str(), bytes.data(),
+                               bytes.size(), &module_);
+    }
+    if (st != FLAGOS_SUCCESS) {
+      std::string why = last_error(*table_);
+      TORCH_CHECK(false, "flagos: loading a ", format, " image of ", bytes.size(),
+                  " bytes on flagos:", int(device_), " failed: ", why);
+    }
+  }
+  ~KernelModule() {
+    if (module_) table_->module_unload(module_);
+  }
+  KernelModule(const KernelModule&) = delete;
+  KernelModule& operator=(const KernelModule&) = delete;
+
+  // The kernel `name` as an integer handle, valid while this module lives.
+  uintptr_t function(const std::string& name) {
+    flagos_function_t f = nullptr;
+    flagos_status_t st = table_->module_get_function(module_, name.c_str(), &f);
+    TORCH_CHECK(st == FLAGOS_SUCCESS, "flagos: no kernel '", name, "' in the module on flagos:",
+                int(device_), ": ", last_error(*table_));
+    return reinterpret_cast<uintptr_t>(f);
+  }
+  void set_shared_memory(uintptr_t function, size_t bytes) {
+    FLAGOS_HAL_CHECK(*table_, table_->function_set_shared_memory(
+                                  reinterpret_cast<flagos_function_t>(function), bytes));
+  }
+  int device() const { return device_; }
+
+ private:
+  c10::DeviceIndex device_;
+  const flagos_hal_table_t* table_;
+  flagos_module_t module_ = nullptr;
+};
+
+// (is_pointer, bytes, bits) per parameter, as the launch cache records them.
+using Param = std::tuple<bool, int, uint64_t>;
+
+void launch_from_python(int device, uintptr_t function, const std::vector<uint32_t>& grid,
+                        const std::vector<uint32_t>& block, uint32_t shared,
+                        const std::vector<Param>& params) {
+  TORCH_CHECK(grid.size() == 3 && block.size() == 3, "flagos: a launch takes a grid and a block "
+              "of three dimensions each, got ", grid.size(), " and ", block.size());
+  KernelLaunch l;
+  l.device = static_cast<c10::DeviceIndex>(device);
+  l.function = reinterpret_cast<flagos_function_t>(function);
+  for (int d = 0; d < 3; ++d) {
+    l.grid[d] = grid[d];
+    l.block[d] = block[d];
+  }
+  l.shared_bytes = shared;
+  std::vector<uint64_t> values(params.size());
+  std::vector<void*> ptrs(params.size());
+  std::vector<size_t> sizes(params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    auto [pointer, bytes, bits] = params[i];
+    TORCH_CHECK(bytes == 1 || bytes == 2 || bytes == 4 || bytes == 8,
+                "flagos: launch parameter ", i, " of ", bytes, " bytes (1, 2, 4 or 8)");
+    values[i] = bits;
+    ptrs[i] = &values[i];  // little-endian: the low bytes of the slot are the value
+    sizes[i] = pointer ? sizeof(void*) : static_cast<size_t>(bytes);
+  }
+  std::string error;
+  flagos_status_t st;
+  {
+    py::gil_scoped_release release;
+    st = launch_kernel(l, ptrs.data(), sizes.data(), static_cast<int>(params.size()), &error);
+  }
+  TORCH_CHECK(st == FLAGOS_SUCCESS, "flagos: launching a kernel on flagos:", device, " failed: ",
+              error);
+}
+
+}  // namespace
+
+flagos_status_t launch_kernel(const KernelLaunch& l, void* const* params, const size_t* sizes, int n,
+                              std::string* error) {
+  if (l.grid[0] == 0 || l.grid[1] == 0 || l.grid[2] == 0) return FLAGOS_SUCCESS;
+  const flagos_hal_table_t& t = hal_of(l.device);
+  if (!FLAGOS_HAL_HAS(&t, launch_kernel)) {
+    if (error) *error = "the HAL has no kernel extension";
+    return FLAGOS_ERROR_NOT_SUPPORTED;
+  }
+  flagos_stream_t stream = hal_stream(current_stream(l.device));
+  flagos_status_t st = t.launch_kernel(l.function, l.grid, l.block, l.shared_bytes, params, sizes, n, stream);
+  if (st != FLAGOS_SUCCESS && error) *error = last_error(t);
+  return st;
+}
+
+void bind_hal_kernels(py::module& m) {
+  m.def("_kernel_formats", &kernel_formats);
+  m.def("_kernel_target", &kernel_target);
+  py::class_<KernelModule, std::shared_ptr<KernelModule>>(m, "_KernelModule")
+      .def(py::init<int, const std::string&, const py::bytes&>())
+      .def("function", &KernelModule::function)
+      .def("set_shared_memory", &KernelModule::set_shared_memory)
+      .def_property_readonly("device", &KernelModule::device);
+  m.def("_kernel_launch", &launch_from_python);
+}
+
+}  // namespace flagos

@@ -1,0 +1,35 @@
+// Kernels on flagos devices through the HAL's kernel extension (flagos_hal.h, ABI 1.2):
+// binary images loaded onto a device, kernels launched on the current flagos stream with
+// flagos device pointers. The one launch path of every HAL; the launch cache relaunches
+// recorded launches through it (launch_cache.h).
+#pragma once
+
+#include <c10/core/Device.h>
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <string>
+
+#include "flagos_hal/flagos_hal.h"
+
+namespace flagos {
+
+// One launch's shape: a kernel of a module loaded on flagos:device.
+struct KernelLaunch {
+  c10::DeviceIndex device = 0;
+  flagos_function_t function = nullptr;
+  uint32_t grid[3] = {1, 1, 1};
+  uint32_t block[3] = {1, 1, 1};
+  uint32_t shared_bytes = 0;
+};
+
+// Launches on the current flagos stream of l.device: params[i] points to the value of
+// parameter i, sizes[i] bytes. A grid with a zero dimension launches nothing (as Triton).
+// Returns the HAL's status; on failure `error` holds the HAL's message.
+flagos_status_t launch_kernel(const KernelLaunch& l, void* const* params, const size_t* sizes,
+                              int n, std::string* error);
+
+// flagos._C: _kernel_formats, _kernel_target, _KernelModule, _kernel_launch.
+void bind_hal_kernels(pybind11::module& m);
+
+}  // namespace flagos

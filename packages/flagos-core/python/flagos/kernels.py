@@ -1,0 +1,85 @@
+"""Kernels on flagos devices through the HAL's kernel extension (ABI 1.2, optional).
+
+A :class:`KernelModule` is a device binary image loaded onto one flagos device (a cubin on
+the cuda HAL, a ``flagos-sim-kernels-v1`` library on sim, a vendor's format elsewhere:
+:func:`formats` lists them); its kernels launch on the current flagos stream with flagos
+tensors' device pointers, in order with the ops before and after them::
+
+    module = flagos.kernels.KernelModule(0, "flagos-sim-kernels-v1", image)
+    add = module.kernel("vector_add", ("*fp32", "*fp32", "*fp32", "i64"))
+    add.launch((blocks, 1, 1), (64, 1, 1), a, b, out, n)
+
+The signature names each parameter's type as Triton does (``*fp32`` a pointer, passed a
+tensor or an address; ``i32``, ``i64``, ``fp32``, ... a value). A launch made inside a
+launch-cached op's kernel (:mod:`flagos.launch_cache`) is recorded, so later calls with
+the same argument metadata relaunch it from C++ without Python.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from flagos_hal import KernelTarget
+
+from flagos import _C
+
+__all__ = ["Kernel", "KernelModule", "KernelTarget", "formats", "has_kernels", "target"]
+
+
+def formats(device: int = 0) -> list[str]:
+    """The image formats flagos:``device``'s HAL loads; [] when it has no kernel extension."""
+    return [f for f in _C._kernel_formats(device).split(",") if f]
+
+
+def has_kernels(device: int = 0) -> bool:
+    """Whether flagos:``device``'s HAL can load and launch kernels."""
+    return bool(formats(device))
+
+
+def target(device: int = 0) -> KernelTarget:
+    """flagos:``device`` as a compiler target (the HAL's answer, ``flagos_hal.KernelTarget``);
+    NotImplementedError without the extension."""
+    return KernelTarget(**_C._kernel_target(device))
+
+
+class KernelModule:
+    """An image loaded onto flagos:``device``; unloaded when no :class:`Kernel` of it and
+    no kept launch needs it any more (after its queued launches)."""
+
+    def __init__(self, device: int, fmt: str, image: bytes) -> None:
+        self._module = _C._KernelModule(int(device), fmt, bytes(image))
+        self.device = int(device)
+        self.format = fmt
+
+    def kernel(self, name: str, signature: Sequence[str]) -> Kernel:
+        """The kernel ``name`` of this module, launched with parameters of ``signature``."""
+        return Kernel(self, name, self._module.function(name), tuple(signature))
+
+    def set_shared_memory(self, kernel: Kernel, size: int) -> None:
+        """Allow launches of ``kernel`` ``size`` bytes of dynamic shared memory."""
+        self._module.set_shared_memory(kernel.handle, int(size))
+
+
+class Kernel:
+    """One kernel of a :class:`KernelModule`."""
+
+    def __init__(self, module: KernelModule, name: str, handle: int,
+                 signature: tuple[str, ...]) -> None:
+        self.module, self.name, self.handle, self.signature = module, name, handle, signature
+
+    def launch(self, grid: Sequence[int], block: Sequence[int], *args: object,
+               shared: int = 0) -> None:
+        """Queue a launch on the current flagos stream of the module's device: ``grid`` and
+        ``block`` of up to three dimensions, ``args`` in the signature's order."""
+        from flagos import launch_cache
+
+        params = launch_cache.pack_params(self.signature, args)
+        if params is None:
+            raise TypeError(f"flagos: kernel {self.name!r}: a parameter type of {self.signature} "
+                            "is not supported (pointers, integers, fp32, fp64)")
+        g = [int(x) for x in grid] + [1] * (3 - len(grid))
+        b = [int(x) for x in block] + [1] * (3 - len(block))
+        if launch_cache.recording():
+            _C._launch_cache_record_hal(self.module.device, self.handle, g, b, int(shared), params,
+                                        self.module)
+        _C._kernel_launch(self.module.device, self.handle, g, b, int(shared), params)

@@ -1,0 +1,142 @@
+"""Kernels through the HAL's kernel extension (flagos.kernels) on sim, and the launch
+cache relaunching them from C++: a C kernel library for the simulated device is built
+here, loaded as an image, launched on flagos tensors on the current flagos stream, and
+recorded by a launch-cached op.
+
+The module also runs in a child with FLAGOS_NO_TWIN=1 (test_without_a_twin), where
+flagos memory is opaque: a kernel launch needs no twin.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+from flagos import kernels, launch_cache
+
+FORMAT = "flagos-sim-kernels-v1"
+SIGNATURE = ("*fp32", "*fp32", "*fp32", "fp32", "i64")
+BLOCK = 64
+
+pytestmark = pytest.mark.skipif(
+    torch.flagos.get_device_properties(0).hal != "sim", reason="sim kernel images")
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory) -> bytes:
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler to build the sim kernel library")
+    import flagos_hal
+
+    src = pathlib.Path(__file__).parent / "sim_kernels" / "axpy.c"
+    lib = tmp_path_factory.mktemp("sim_kernels") / "libaxpy.so"
+    subprocess.run([compiler, "-shared", "-fPIC", "-O1", "-fvisibility=hidden",
+                    f"-I{flagos_hal.get_include()}", str(src), "-o", str(lib)], check=True)
+    return lib.read_bytes()
+
+
+@pytest.fixture(scope="module")
+def axpy(image) -> kernels.Kernel:
+    return kernels.KernelModule(0, FORMAT, image).kernel("axpy", SIGNATURE)
+
+
+def _launch(kernel: kernels.Kernel, x: torch.Tensor, y: torch.Tensor, alpha: float) -> torch.Tensor:
+    out = torch.empty_like(x)
+    n = x.numel()
+    kernel.launch(((n + BLOCK - 1) // BLOCK,), (BLOCK,), x, y, out, alpha, n)
+    return out
+
+
+def test_the_device_describes_its_kernels():
+    twin = torch.flagos.get_device_properties(0).twin_device
+    assert twin == ("none" if os.environ.get("FLAGOS_NO_TWIN") == "1" else "cpu")
+    assert kernels.formats(0) == [FORMAT] and kernels.has_kernels(0)
+    t = kernels.target(0)
+    assert t.backend == "" and t.warp_size == 1 and t.max_threads_per_block >= 1
+
+
+def test_launch_on_flagos_tensors_matches_the_cpu(axpy):
+    x, y = torch.randn(1000), torch.randn(1000)
+    got = _launch(axpy, x.to("flagos"), y.to("flagos"), 2.5)
+    torch.testing.assert_close(got.cpu(), 2.5 * x + y)
+
+
+def test_launches_are_ordered_on_the_current_stream(axpy):
+    side = torch.flagos.Stream()
+    x = torch.ones(4096, device="flagos")
+    with torch.flagos.stream(side):
+        y = torch.full((4096,), 3.0, device="flagos")  # queued on the side stream
+        out = _launch(axpy, x, y, 2.0)
+        out.mul_(10)  # after the kernel, on the same stream
+    side.synchronize()
+    assert torch.equal(out.cpu(), torch.full((4096,), 50.0))
+
+
+def test_bad_images_and_launches_fail_with_the_hals_reason(image, axpy):
+    with pytest.raises(RuntimeError, match="not an ELF shared library"):
+        kernels.KernelModule(0, FORMAT, b"\x00not a library" * 4)
+    with pytest.raises(RuntimeError, match="not one this HAL loads"):
+        kernels.KernelModule(0, "cubin", image)
+    with pytest.raises(RuntimeError, match="no kernel 'nope'"):
+        kernels.KernelModule(0, FORMAT, image).kernel("nope", ())
+    x = torch.ones(8, device="flagos")
+    wrong = kernels.Kernel(axpy.module, "axpy", axpy.handle, ("*fp32", "*fp32", "*fp32"))
+    with pytest.raises(RuntimeError, match="takes 5 arguments, 3 given"):
+        wrong.launch((1,), (8,), x, x, x)
+    with pytest.raises(RuntimeError, match="dimension must be at least 1"):
+        axpy.launch((1,), (0,), x, x, x, 1.0, 8)
+    # nothing was written, the device is usable
+    assert torch.equal(x.cpu(), torch.ones(8))
+
+
+@pytest.fixture(scope="module")
+def axpy_op(axpy):
+    """flagos_test::axpy, a launch-cached op whose kernel is one launch of axpy."""
+    lib = torch.library.Library("flagos_test_hal_kernels", "DEF")
+    lib.define("axpy(Tensor x, Tensor y, float alpha) -> Tensor")
+    calls = []
+
+    def kernel(x, y, alpha):
+        calls.append(alpha)
+        return _launch(axpy, x, y, alpha)
+
+    launch_cache.register("flagos_test_hal_kernels::axpy", "flagos", kernel)
+    yield torch.ops.flagos_test_hal_kernels.axpy, calls
+    lib._destroy()
+
+
+def test_the_launch_cache_relaunches_hal_kernels_from_cpp(axpy_op):
+    op, calls = axpy_op
+    x, y = torch.randn(300), torch.randn(300)
+    fx, fy = x.to("flagos"), y.to("flagos")
+    before = launch_cache.stats()
+    first = op(fx, fy, 0.5)
+    second = op(fx, fy, 0.5)  # same metadata: relaunched from C++, no Python
+    third = op(fy, fx, 0.5)   # other tensors of the same metadata: relaunched on them
+    other = op(fx, fy, 3.0)   # another alpha: another key, Python again
+    after = launch_cache.stats()
+    assert calls == [0.5, 3.0]
+    assert after["relaunched"] - before["relaunched"] == 2 and after["kept"] - before["kept"] == 2
+    for got, want in ((first, 0.5 * x + y), (second, 0.5 * x + y), (third, 0.5 * y + x),
+                      (other, 3.0 * x + y)):
+        torch.testing.assert_close(got.cpu(), want)
+    assert first.data_ptr() != second.data_ptr()  # fresh results on every call
+    with launch_cache.disabled():
+        op(fx, fy, 0.5)
+    assert calls == [0.5, 3.0, 0.5]
+
+
+def test_without_a_twin():
+    if os.environ.get("FLAGOS_NO_TWIN") == "1":
+        pytest.skip("this is the child")
+    env = dict(os.environ, FLAGOS_NO_TWIN="1")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
+                       env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    assert " passed" in r.stdout and " failed" not in r.stdout, r.stdout[-2000:]
