@@ -132,6 +132,94 @@ def test_the_launch_cache_relaunches_hal_kernels_from_cpp(axpy_op):
     assert calls == [0.5, 3.0, 0.5]
 
 
+# ---- Triton's driver for flagos devices (flagos.triton_driver) --------------------------
+
+class _Source:
+    """What Triton hands a launcher of a compiled kernel: its signature (constexpr kept)."""
+
+    def __init__(self) -> None:
+        self.signature = {"x": "*fp32", "y": "*fp32", "out": "*fp32", "alpha": "fp32", "n": "i64",
+                          "BLOCK": "constexpr"}
+        self.constants: dict = {}
+
+
+class _Metadata:
+    num_warps, shared, num_ctas = 4, 0, 1
+    launch_cooperative_grid = launch_pdl = False
+
+
+def test_no_triton_backend_compiles_for_sim():
+    triton_driver = pytest.importorskip("flagos.triton_driver")
+    with pytest.raises(RuntimeError, match="no Triton backend compiles for flagos:0"):
+        triton_driver.target(0)
+
+
+def test_the_triton_driver_loads_and_launches_through_the_hal(image):
+    triton_driver = pytest.importorskip("flagos.triton_driver")
+    driver = triton_driver.HalDriver()
+    _, function, _, _, max_threads = driver.utils.load_binary("axpy", image, 0, 0)
+    assert max_threads == kernels.target(0).max_threads_per_block
+    launcher = driver.launcher_cls(_Source(), _Metadata())
+    x, y = torch.randn(999), torch.randn(999)
+    fx, fy = x.to("flagos"), y.to("flagos")
+    out = torch.empty_like(fx)
+    # the sim's warp is 1 thread: 4 warps are a block of 4, each program 4 elements
+    launcher((999 + 3) // 4, 1, 1, driver.get_current_stream(0), function, None, None, None, None,
+             fx, fy, out, -1.5, 999, 4)
+    torch.testing.assert_close(out.cpu(), -1.5 * x + y)
+    assert driver.get_active_torch_device() == torch.device("flagos", 0)
+    # a kernel of a release whose launchers add scratch pointers gets them (the sim kernel
+    # declares five parameters, so the HAL refuses the seven)
+    class Scratch(_Metadata):
+        global_scratch_size = profile_scratch_size = 0
+        global_scratch_align = profile_scratch_align = 1
+    with pytest.raises(RuntimeError, match="takes 5 arguments, 7 given"):
+        driver.launcher_cls(_Source(), Scratch())(1, 1, 1, 0, function, None, None, None, None,
+                                                   fx, fy, out, 1.0, 999, 4)
+    class Clusters(_Metadata):
+        num_ctas = 2
+    with pytest.raises(NotImplementedError, match="num_ctas=2"):
+        driver.launcher_cls(_Source(), Clusters())
+
+
+def test_the_triton_driver_is_active_inside_its_block():
+    triton_driver = pytest.importorskip("flagos.triton_driver")
+    import triton
+
+    before = triton.runtime.driver._active
+    with triton_driver.active() as driver:
+        assert triton.runtime.driver.active is driver
+    assert triton.runtime.driver._active is before
+
+
+def test_triton_launches_are_kept_by_the_launch_cache(image):
+    triton_driver = pytest.importorskip("flagos.triton_driver")
+    driver = triton_driver.HalDriver()
+    _, function, _, _, _ = driver.utils.load_binary("axpy", image, 0, 0)
+    launcher = driver.launcher_cls(_Source(), _Metadata())
+    lib = torch.library.Library("flagos_test_triton_driver", "DEF")
+    lib.define("axpy(Tensor x, Tensor y, float alpha) -> Tensor")
+    calls = []
+
+    def kernel(x, y, alpha):
+        calls.append(alpha)
+        out = torch.empty_like(x)
+        launcher((x.numel() + 3) // 4, 1, 1, 0, function, None, None, None, None, x, y, out, alpha,
+                 x.numel(), 4)
+        return out
+
+    launch_cache.register("flagos_test_triton_driver::axpy", "flagos", kernel)
+    try:
+        x, y = torch.randn(50), torch.randn(50)
+        op = torch.ops.flagos_test_triton_driver.axpy
+        got = [op(x.to("flagos"), y.to("flagos"), 2.0).cpu() for _ in range(3)]
+        assert calls == [2.0]
+        for g in got:
+            torch.testing.assert_close(g, 2.0 * x + y)
+    finally:
+        lib._destroy()
+
+
 def test_without_a_twin():
     if os.environ.get("FLAGOS_NO_TWIN") == "1":
         pytest.skip("this is the child")

@@ -36,7 +36,8 @@ __all__ = ["clear", "disabled", "pack_params", "record", "record_triton", "recor
 # Triton's scalar parameter types (the compiled kernel's signature) as C sizes
 _INT_BYTES = {"i1": 1, "i8": 1, "i16": 2, "i32": 4, "i64": 8, "u1": 1, "u8": 1, "u16": 2,
               "u32": 4, "u64": 8}
-_FLOAT_FORMATS = {"fp32": ("<f", "<I", 4), "f32": ("<f", "<I", 4), "fp64": ("<d", "<Q", 8)}
+_FLOAT_FORMATS = {"fp16": ("<e", "<H", 2), "fp32": ("<f", "<I", 4), "f32": ("<f", "<I", 4),
+                  "fp64": ("<d", "<Q", 8)}
 # The Triton releases whose CUDA launcher passes, after the kernel's own parameters, the
 # global and the profile scratch pointers (triton/backends/nvidia/driver.py)
 _TRITON_SCRATCH_PARAMS = {(3, 5): 2, (3, 6): 2}
@@ -133,6 +134,9 @@ def pack_params(types: Sequence[object], args: Sequence[object]
         elif ty in _FLOAT_FORMATS:
             f, i, n = _FLOAT_FORMATS[ty]
             params.append((False, n, struct.unpack(i, struct.pack(f, float(value)))[0]))
+        elif ty == "bf16":  # the upper half of the fp32 bits, rounded to nearest even
+            bits = struct.unpack("<I", struct.pack("<f", float(value)))[0]
+            params.append((False, 2, ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF))
         else:
             return None
     return params
