@@ -4,7 +4,7 @@
 Packages reach flagos-core through its public API only (``flagos.provider_api``,
 ``flagos.routing``, ``torch.flagos``, entry points), so that core can change its insides
 without breaking a vendor's provider. Private means a module or name whose own part starts
-with one underscore (``flagos._C``, ``flagos._routing_backend``,
+with one underscore (core's ``_C``, ``_routing_backend``,
 ``flagos.routing.config._Where``); dunder modules (``flagos.__main__``, the CLI) are public.
 Checked, in every Python file outside ``packages/flagos-core``:
 

@@ -61,8 +61,8 @@ def test_flag_gems_too_old(run_python, tmp_path: Path) -> None:
 
 def test_info_prints_the_reason(run_python, tmp_path: Path) -> None:
     root = _fake_flag_gems(tmp_path / "old", '__version__ = "4.2.0"\n')
-    r = run_python("import sys; from flagos.__main__ import main; sys.exit(main(['info']))",
-                   path=[root])
+    r = run_python("import runpy, sys; sys.argv = ['flagos', 'info']; "
+                   "runpy.run_module('flagos', run_name='__main__')", path=[root])
     assert r.returncode == 0, r.stderr
     line = next(ln for ln in r.stdout.splitlines() if ln.strip().startswith("gems "))
     assert "C++" in line

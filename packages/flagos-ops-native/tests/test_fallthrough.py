@@ -7,7 +7,7 @@ from __future__ import annotations
 import flagos
 import pytest
 import torch
-from flagos.__main__ import collect, format_info
+from flagos.info import collect, format_info
 from flagos_ops_native import NativeProvider, manifest_dir
 from flagos_ops_native.conventions import CONVENTIONS
 from flagos_ops_native.loader import bind_manifest
