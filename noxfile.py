@@ -44,6 +44,12 @@ COMPRESSED_TENSORS = "compressed-tensors>=0.19,<0.21"
 # Whole-graph offload: torch's ONNX exporter (flagos-compile[offload]) and the sim graph
 # compiler (flagos-hal[graph]). Neither depends on torch.
 OFFLOAD = ["onnx>=1.17,<1.24", "onnxscript>=0.7,<0.8"]
+# The libraries flagos integrates with, in the ranges it is tested in: the tests session
+# installs the newest release each range allows, the libraries session also the oldest.
+LIBRARIES = [*MODEL_ZOO, *OFFLOAD, COMPRESSED_TENSORS, "safetensors>=0.4,<1"]
+# The test folders that exercise them (model zoo, quantized checkpoints, graph export).
+LIBRARY_TESTS = ["integration_tests/models", "packages/flagos-quant/tests",
+                 "packages/flagos-compile/tests"]
 # The benchmarks page's plots.
 MATPLOTLIB = "matplotlib>=3.8,<4"
 
@@ -136,12 +142,12 @@ def _test_folders() -> list[str]:
 
 
 def _run_test_folders(session: nox.Session, env: dict, junit_dir: pathlib.Path | None = None,
-                      ) -> None:
-    """One pytest run per test folder: each folder's helpers (conftest, test utilities) are
-    imported by plain name, which only works with that folder first on sys.path. With
-    `junit_dir`, every folder runs (failures do not stop the session) and writes its
-    results there."""
-    for folder in _test_folders():
+                      folders: list[str] | None = None) -> None:
+    """One pytest run per test folder (`folders`, default all): each folder's helpers
+    (conftest, test utilities) are imported by plain name, which only works with that folder
+    first on sys.path. With `junit_dir`, every folder runs (failures do not stop the
+    session) and writes its results there."""
+    for folder in folders or _test_folders():
         extra, codes = [], [0]
         if junit_dir is not None:
             extra = [f"--junitxml={junit_dir / (folder.replace('/', '_') + '.xml')}"]
@@ -161,19 +167,13 @@ def compat(session: nox.Session, torch: str) -> None:
     import json
     import re
     import subprocess
-    import xml.etree.ElementTree as ET
 
     version = TORCH_RELEASES[torch]
     out = ROOT / "docs" / "compat"
     out.mkdir(exist_ok=True)
     junit = pathlib.Path(session.create_tmp()) / "junit"
     junit.mkdir(exist_ok=True)
-    git = ["git", "-C", str(ROOT)]
-    commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], check=True,
-                            capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], check=True,
-                           capture_output=True, text=True).stdout.strip()
-    result: dict = {"release": torch, "torch": version, "commit": commit + ("+" if dirty else ""),
+    result: dict = {"release": torch, "torch": version, "commit": _commit(),
                     "command": f"nox -s \"compat(torch='{torch}')\""}
 
     def write() -> None:
@@ -222,8 +222,18 @@ def compat(session: nox.Session, torch: str) -> None:
     except nox.command.CommandFailed:
         result["conformance"] = "failed"
     _run_test_folders(session, env, junit_dir=junit)
-    result["tests"] = {}
-    for folder in _test_folders():
+    result["tests"] = _junit_results(junit, _test_folders())
+    write()
+    if result["conformance"] != "passed" or any(t["failed"] for t in result["tests"].values()):
+        session.error(f"torch {version}: failures recorded in docs/compat/torch-{torch}.json")
+
+
+def _junit_results(junit: pathlib.Path, folders: list[str]) -> dict:
+    """{folder: {passed, skipped, failed: [test ids]}} from _run_test_folders' JUnit files."""
+    import xml.etree.ElementTree as ET
+
+    out = {}
+    for folder in folders:
         xml = junit / (folder.replace("/", "_") + ".xml")
         if not xml.exists():
             continue
@@ -233,11 +243,60 @@ def compat(session: nox.Session, torch: str) -> None:
                   if c.find("failure") is not None or c.find("error") is not None]
         n = int(suite.get("tests", 0))
         skipped = int(suite.get("skipped", 0))
-        result["tests"][folder] = {"passed": n - skipped - len(failed), "skipped": skipped,
-                                   "failed": failed}
-    write()
-    if result["conformance"] != "passed" or any(t["failed"] for t in result["tests"].values()):
-        session.error(f"torch {version}: failures recorded in docs/compat/torch-{torch}.json")
+        out[folder] = {"passed": n - skipped - len(failed), "skipped": skipped, "failed": failed}
+    return out
+
+
+def _commit() -> str:
+    """The short commit of the tree, with "+" when tracked files have changes."""
+    import subprocess
+
+    git = ["git", "-C", str(ROOT)]
+    commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], check=True,
+                            capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], check=True,
+                           capture_output=True, text=True).stdout.strip()
+    return commit + ("+" if dirty else "")
+
+
+def _oldest(spec: str) -> str:
+    """"name>=1.2,<2" -> "name==1.2": the oldest release a range allows."""
+    import re
+
+    m = re.match(r"([A-Za-z0-9_.\-\[\]]+)>=([^,]+)", spec)
+    if m is None:
+        raise ValueError(f"{spec!r} has no lower bound")
+    return f"{m.group(1)}=={m.group(2)}"
+
+
+@nox.session
+@nox.parametrize("releases", ["newest", "oldest"])
+def libraries(session: nox.Session, releases: str) -> None:
+    """The sim tests that use the libraries flagos integrates with (model zoo, quantized
+    checkpoints, graph export) with the newest or the oldest release of each that flagos
+    allows (LIBRARIES); writes docs/compat/libraries-<releases>.json, from which
+    tools/compat_table.py makes the library table of docs/compat.md."""
+    import json
+
+    _prepare(session, "sim")
+    pins = LIBRARIES if releases == "newest" else [_oldest(s) for s in LIBRARIES]
+    session.install(TRITON_CPU, *pins, TORCH_CPU)
+    names = [s.split(">")[0].split("=")[0].split("<")[0] for s in LIBRARIES]
+    code = ("import importlib.metadata as m, json; "
+            f"print(json.dumps({{n: m.version(n) for n in {names!r}}}))")
+    versions = json.loads(session.run("python", "-c", code, silent=True).strip().splitlines()[-1])
+    junit = pathlib.Path(session.create_tmp()) / "junit"
+    junit.mkdir(exist_ok=True)
+    env = {"FLAGOS_TEST_HW": "sim", "FLAGOS_HAL": "sim", "HF_HUB_OFFLINE": "1"}
+    _run_test_folders(session, env, junit_dir=junit, folders=LIBRARY_TESTS)
+    result = {"releases": releases, "versions": versions,
+              "allowed": dict(zip(names, LIBRARIES)), "commit": _commit(),
+              "command": f"nox -s \"libraries(releases='{releases}')\"",
+              "tests": _junit_results(junit, LIBRARY_TESTS)}
+    out = ROOT / "docs" / "compat" / f"libraries-{releases}.json"
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    if any(t["failed"] for t in result["tests"].values()):
+        session.error(f"{releases} releases: failures recorded in {out.relative_to(ROOT)}")
 
 
 @nox.session

@@ -1,7 +1,8 @@
-"""Writes the support table of docs/compat.md from the compat sessions' results.
+"""Writes the tables of docs/compat.md from the compat sessions' results.
 
-Each ``nox -s "compat(torch='2.X')"`` run leaves docs/compat/torch-2.X.json; this script
-renders every such file into the table between the markers of docs/compat.md.
+Each ``nox -s "compat(torch='2.X')"`` run leaves docs/compat/torch-2.X.json, each
+``nox -s "libraries(releases='newest|oldest')"`` run docs/compat/libraries-*.json; this
+script renders them into the tables between the markers of docs/compat.md.
 
     python tools/compat_table.py            # rewrite the table in docs/compat.md
     python tools/compat_table.py --check    # exit 1 if docs/compat.md is out of date
@@ -18,6 +19,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "compat"
 PAGE = ROOT / "docs" / "compat.md"
 BEGIN, END = "<!-- compat table: begin -->", "<!-- compat table: end -->"
+LIB_BEGIN, LIB_END = "<!-- library table: begin -->", "<!-- library table: end -->"
 
 
 def _release_key(path: pathlib.Path) -> tuple[int, ...]:
@@ -48,11 +50,41 @@ def table() -> str:
     return "\n".join(rows)
 
 
+def library_table() -> str:
+    """The markdown table of the libraries: the range allowed, the releases each run
+    tested, and that run's results."""
+    runs = {p.stem.removeprefix("libraries-"): json.loads(p.read_text())
+            for p in sorted(RESULTS.glob("libraries-*.json"))}
+    order = [r for r in ("newest", "oldest") if r in runs]
+    if not order:
+        return "No results yet."
+    allowed = {}
+    for r in order:
+        allowed.update(runs[r]["allowed"])
+    rows = ["| library | allowed | " + " | ".join(f"{r} tested" for r in order) + " |",
+            "|---|---|" + "---|" * len(order)]
+    for name, spec in allowed.items():
+        rows.append(f"| {name} | `{spec}` | "
+                    + " | ".join(runs[r]["versions"].get(name, "not installed") for r in order) + " |")
+    rows.append("| **sim tests** (model zoo, flagos-quant, flagos-compile) | | "
+                + " | ".join(_tests_cell(runs[r]["tests"]) for r in order) + " |")
+    rows.append("| commit, command | | "
+                + " | ".join(f"{runs[r]['commit']}, `{runs[r]['command']}`" for r in order) + " |")
+    return "\n".join(rows)
+
+
+def _replace(page: str, begin: str, end: str, text: str) -> str:
+    head, _, rest = page.partition(begin)
+    _, _, tail = rest.partition(end)
+    return f"{head}{begin}\n{text}\n{end}{tail}"
+
+
 def render(page: str) -> str:
-    """``page`` with the text between the markers replaced by the current table."""
-    head, _, rest = page.partition(BEGIN)
-    _, _, tail = rest.partition(END)
-    return f"{head}{BEGIN}\n{table()}\n{END}{tail}"
+    """``page`` with the text between each pair of markers replaced by its current table."""
+    page = _replace(page, BEGIN, END, table())
+    if LIB_BEGIN in page:
+        page = _replace(page, LIB_BEGIN, LIB_END, library_table())
+    return page
 
 
 def main() -> int:
