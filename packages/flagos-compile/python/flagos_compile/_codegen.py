@@ -57,12 +57,20 @@ def scheduling_class() -> type:
         return CppScheduling
     from torch._inductor.scheduler import BaseScheduling
 
+    if "none" in ts:
+        why = ("flagos_compile: Inductor generates kernels for a flagos device's twin (C++ for "
+               "the CPU, Triton for CUDA), and flagos devices of this process have none (opaque "
+               "memory, or FLAGOS_NO_TWIN=1): only ops routed to a kernel provider compile, "
+               "and this graph has others. Run it eager, or whole-graph with "
+               "backend='flagos_offload' on a HAL with a graph runtime")
+    else:
+        why = (f"flagos_compile: the flagos devices of this process have different native "
+               f"twins ({sorted(ts)}); Inductor picks one code generator per device type, "
+               f"so load HALs of one kind (FLAGOS_HAL) to use torch.compile on flagos")
+
     class MixedTwinsScheduling(BaseScheduling):
         def __init__(self, scheduler: Any) -> None:
-            raise RuntimeError(
-                f"flagos_compile: the flagos devices of this process have different native "
-                f"twins ({sorted(ts)}); Inductor picks one code generator per device type, "
-                f"so load HALs of one kind (FLAGOS_HAL) to use torch.compile on flagos")
+            raise RuntimeError(why)
 
     return MixedTwinsScheduling
 
