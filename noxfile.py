@@ -46,7 +46,7 @@ COMPRESSED_TENSORS = "compressed-tensors>=0.19,<0.21"
 OFFLOAD = ["onnx>=1.17,<1.24", "onnxscript>=0.7,<0.8"]
 # The libraries flagos integrates with, in the ranges it is tested in: the tests session
 # installs the newest release each range allows, the libraries session also the oldest.
-LIBRARIES = [*MODEL_ZOO, *OFFLOAD, COMPRESSED_TENSORS, "safetensors>=0.4,<1"]
+LIBRARIES = [*MODEL_ZOO, *OFFLOAD, COMPRESSED_TENSORS, "safetensors>=0.8,<1"]
 # The test folders that exercise them (model zoo, quantized checkpoints, graph export).
 LIBRARY_TESTS = ["integration_tests/models", "packages/flagos-quant/tests",
                  "packages/flagos-compile/tests"]
