@@ -36,7 +36,7 @@ FLAG_GEMS_CUDA = ["flag-gems>=5.0.2,<5.1", "sqlalchemy>=2.0"]
 # library depends on torch, so installing them leaves the session's torch as it is.
 MODEL_ZOO = ["transformers>=5.17,<5.26", "diffusers>=0.42,<0.43",
              # from_pretrained(..., device_map="flagos") (flagos-quant's checkpoint tests)
-             "accelerate>=1.0,<2"]
+             "accelerate>=1.1,<2"]
 # compressed-tensors: only for flagos-quant's tests that a compressed-tensors checkpoint
 # loaded anywhere but flagos still goes through transformers' own quantizer (flagos reads
 # the format without it). Needs torch>=2.10: sim only (the GPU machine has no network).
