@@ -17,6 +17,7 @@ the same argument metadata relaunch it from C++ without Python.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 from flagos_hal import KernelTarget
@@ -28,7 +29,13 @@ __all__ = ["Kernel", "KernelModule", "KernelTarget", "formats", "has_kernels", "
 
 def formats(device: int = 0) -> list[str]:
     """The image formats flagos:``device``'s HAL loads; [] when it has no kernel extension."""
-    return [f for f in _C._kernel_formats(device).split(",") if f]
+    return list(_formats(device))
+
+
+@functools.cache
+def _formats(device: int) -> tuple[str, ...]:
+    # what a HAL says of its devices never changes in a process; asked on every launch
+    return tuple(f for f in _C._kernel_formats(device).split(",") if f)
 
 
 def has_kernels(device: int = 0) -> bool:
@@ -39,6 +46,11 @@ def has_kernels(device: int = 0) -> bool:
 def target(device: int = 0) -> KernelTarget:
     """flagos:``device`` as a compiler target (the HAL's answer, ``flagos_hal.KernelTarget``);
     NotImplementedError without the extension."""
+    return _target(device)
+
+
+@functools.cache
+def _target(device: int) -> KernelTarget:
     return KernelTarget(**_C._kernel_target(device))
 
 
