@@ -262,37 +262,12 @@ PYBIND11_MODULE(_C, m) {
   m.def("_launch_cache_register", [](const std::string& op, const std::string& key, py::object fn) {
     flagos::register_launch_cached_op(op, key, flagos::PyObjectRef(fn.ptr()));
   });
-  using PyParams = std::vector<std::tuple<bool, int, uint64_t>>;
-  auto launch_params = [](const PyParams& params) {
-    std::vector<flagos::LaunchParam> ps;
-    ps.reserve(params.size());
-    for (const auto& [pointer, bytes, bits] : params) {
-      TORCH_CHECK(bytes == 1 || bytes == 2 || bytes == 4 || bytes == 8,
-                  "flagos launch cache: a parameter of ", bytes, " bytes");
-      ps.push_back({pointer, static_cast<uint8_t>(bytes), bits});
-    }
-    return ps;
-  };
-  m.def("_launch_cache_record", [launch_params](uintptr_t function, const std::vector<uint32_t>& grid,
-                                                uint32_t block_threads, uint32_t shared_bytes,
-                                                const PyParams& params, py::object keepalive) {
-    return flagos::record_launch(function, grid, block_threads, shared_bytes, launch_params(params),
-                                 flagos::PyObjectRef(keepalive.ptr()));
-  });
-  m.def("_launch_cache_record_hal", [launch_params](int device, uintptr_t function,
-                                                    const std::vector<uint32_t>& grid,
-                                                    const std::vector<uint32_t>& block,
-                                                    uint32_t shared_bytes, const PyParams& params,
-                                                    py::object keepalive) {
-    TORCH_CHECK(grid.size() == 3 && block.size() == 3, "flagos launch cache: a grid and a block of "
-                "three dimensions each");
-    flagos::KernelLaunch l;
-    l.device = static_cast<c10::DeviceIndex>(device);
-    l.function = reinterpret_cast<flagos_function_t>(function);
-    std::copy(grid.begin(), grid.end(), l.grid);
-    std::copy(block.begin(), block.end(), l.block);
-    l.shared_bytes = shared_bytes;
-    return flagos::record_hal_launch(l, launch_params(params), flagos::PyObjectRef(keepalive.ptr()));
+  m.def("_launch_cache_record", [](uintptr_t function, const std::vector<uint32_t>& grid,
+                                   uint32_t block_threads, uint32_t shared_bytes,
+                                   const std::vector<std::tuple<bool, int, uint64_t>>& params,
+                                   py::object keepalive) {
+    return flagos::record_launch(function, grid, block_threads, shared_bytes,
+                                 flagos::launch_params(params), flagos::PyObjectRef(keepalive.ptr()));
   });
   m.def("_launch_cache_recording", &flagos::launch_recording);
   m.def("_launch_cache_stats", [] {

@@ -220,6 +220,37 @@ def test_triton_launches_are_kept_by_the_launch_cache(image):
         lib._destroy()
 
 
+def test_a_launch_on_another_stream_runs_there_and_is_not_kept(image):
+    triton_driver = pytest.importorskip("flagos.triton_driver")
+    driver = triton_driver.HalDriver()
+    _, function, _, _, _ = driver.utils.load_binary("axpy", image, 0, 0)
+    launcher = driver.launcher_cls(_Source(), _Metadata())
+    side = torch.flagos.Stream()
+    lib = torch.library.Library("flagos_test_triton_side", "DEF")
+    lib.define("axpy(Tensor x, Tensor y) -> Tensor")
+    calls = []
+
+    def kernel(x, y):
+        calls.append(1)
+        out = torch.empty_like(x)
+        side.wait_stream(torch.flagos.current_stream())
+        launcher((x.numel() + 3) // 4, 1, 1, side.stream_id, function, None, None, None, None,
+                 x, y, out, 1.0, x.numel(), 4)
+        torch.flagos.current_stream().wait_stream(side)
+        return out
+
+    launch_cache.register("flagos_test_triton_side::axpy", "flagos", kernel)
+    try:
+        x, y = torch.randn(40), torch.randn(40)
+        op = torch.ops.flagos_test_triton_side.axpy
+        got = [op(x.to("flagos"), y.to("flagos")).cpu() for _ in range(2)]
+        assert calls == [1, 1]  # a relaunch would run on the current stream: not kept
+        for g in got:
+            torch.testing.assert_close(g, x + y)
+    finally:
+        lib._destroy()
+
+
 def test_without_a_twin():
     if os.environ.get("FLAGOS_NO_TWIN") == "1":
         pytest.skip("this is the child")

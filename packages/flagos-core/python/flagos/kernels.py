@@ -91,7 +91,6 @@ class Kernel:
                             "is not supported (pointers, integers, fp32, fp64)")
         g = [int(x) for x in grid] + [1] * (3 - len(grid))
         b = [int(x) for x in block] + [1] * (3 - len(block))
-        if launch_cache.recording():
-            _C._launch_cache_record_hal(self.module.device, self.handle, g, b, int(shared), params,
-                                        self.module)
-        _C._kernel_launch(self.module.device, self.handle, g, b, int(shared), params)
+        # recorded there for the launch cache when a launch-cached op's kernel runs
+        _C._kernel_launch(self.module.device, self.handle, g, b, int(shared), params,
+                          keepalive=self.module)

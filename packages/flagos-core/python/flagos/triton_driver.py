@@ -148,10 +148,11 @@ class HalLauncher:
         block = [self.num_warps * kernels.target(device).warp_size, 1, 1]
         if enter_hook is not None and launch_metadata is not None:
             enter_hook(launch_metadata)
-        if launch_cache.recording():
-            module = self.utils.modules.get(function) if self.utils else None
-            _C._launch_cache_record_hal(device, function, grid, block, self.shared, params, module)
-        _C._kernel_launch(device, function, grid, block, self.shared, params)
+        # On the stream Triton asked for (its driver's get_current_stream, or the caller's);
+        # recorded for the launch cache when it is the current one.
+        module = self.utils.modules.get(function) if self.utils else None
+        _C._kernel_launch(device, function, grid, block, self.shared, params,
+                          stream_id=stream if isinstance(stream, int) else None, keepalive=module)
         if exit_hook is not None and launch_metadata is not None:
             exit_hook(launch_metadata)
 

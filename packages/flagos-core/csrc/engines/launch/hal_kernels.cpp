@@ -7,9 +7,11 @@
 
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <tuple>
 #include <vector>
 
+#include "engines/launch/launch_cache.h"
 #include "runtime/hal.h"
 #include "runtime/stream.h"
 
@@ -112,38 +114,40 @@ class KernelModule {
   flagos_module_t module_ = nullptr;
 };
 
-// (is_pointer, bytes, bits) per parameter, as the launch cache records them.
-using Param = std::tuple<bool, int, uint64_t>;
-
+// One launch from Python (flagos.kernels, flagos.triton_driver): on the flagos stream
+// `stream_id` of the device (None: the current one), recorded for the launch cache when a
+// launch-cached op's kernel is running.
 void launch_from_python(int device, uintptr_t function, const std::vector<uint32_t>& grid,
                         const std::vector<uint32_t>& block, uint32_t shared,
-                        const std::vector<Param>& params) {
+                        const std::vector<std::tuple<bool, int, uint64_t>>& py_params,
+                        std::optional<int64_t> stream_id, py::object keepalive) {
   TORCH_CHECK(grid.size() == 3 && block.size() == 3, "flagos: a launch takes a grid and a block "
               "of three dimensions each, got ", grid.size(), " and ", block.size());
   KernelLaunch l;
   l.device = static_cast<c10::DeviceIndex>(device);
   l.function = reinterpret_cast<flagos_function_t>(function);
-  for (int d = 0; d < 3; ++d) {
-    l.grid[d] = grid[d];
-    l.block[d] = block[d];
-  }
+  std::copy(grid.begin(), grid.end(), l.grid);
+  std::copy(block.begin(), block.end(), l.block);
   l.shared_bytes = shared;
+  std::vector<LaunchParam> params = launch_params(py_params);
+  c10::Stream current = current_stream(l.device);
+  c10::Stream stream = stream_id ? make_stream(l.device, *stream_id) : current;
   std::vector<uint64_t> values(params.size());
   std::vector<void*> ptrs(params.size());
   std::vector<size_t> sizes(params.size());
   for (size_t i = 0; i < params.size(); ++i) {
-    auto [pointer, bytes, bits] = params[i];
-    TORCH_CHECK(bytes == 1 || bytes == 2 || bytes == 4 || bytes == 8,
-                "flagos: launch parameter ", i, " of ", bytes, " bytes (1, 2, 4 or 8)");
-    values[i] = bits;
+    values[i] = params[i].bits;
     ptrs[i] = &values[i];  // little-endian: the low bytes of the slot are the value
-    sizes[i] = pointer ? sizeof(void*) : static_cast<size_t>(bytes);
+    sizes[i] = params[i].pointer ? sizeof(void*) : params[i].bytes;
+  }
+  if (launch_recording()) {
+    record_hal_launch(l, std::move(params), PyObjectRef(keepalive.ptr()), stream == current);
   }
   std::string error;
   flagos_status_t st;
   {
     py::gil_scoped_release release;
-    st = launch_kernel(l, ptrs.data(), sizes.data(), static_cast<int>(params.size()), &error);
+    st = launch_kernel(l, stream, ptrs.data(), sizes.data(), static_cast<int>(ptrs.size()), &error);
   }
   TORCH_CHECK(st == FLAGOS_SUCCESS, "flagos: launching a kernel on flagos:", device, " failed: ",
               error);
@@ -151,16 +155,16 @@ void launch_from_python(int device, uintptr_t function, const std::vector<uint32
 
 }  // namespace
 
-flagos_status_t launch_kernel(const KernelLaunch& l, void* const* params, const size_t* sizes, int n,
-                              std::string* error) {
+flagos_status_t launch_kernel(const KernelLaunch& l, const c10::Stream& stream, void* const* params,
+                              const size_t* sizes, int n, std::string* error) {
   if (l.grid[0] == 0 || l.grid[1] == 0 || l.grid[2] == 0) return FLAGOS_SUCCESS;
   const flagos_hal_table_t& t = hal_of(l.device);
   if (!FLAGOS_HAL_HAS(&t, launch_kernel)) {
     if (error) *error = "the HAL has no kernel extension";
     return FLAGOS_ERROR_NOT_SUPPORTED;
   }
-  flagos_stream_t stream = hal_stream(current_stream(l.device));
-  flagos_status_t st = t.launch_kernel(l.function, l.grid, l.block, l.shared_bytes, params, sizes, n, stream);
+  flagos_status_t st = t.launch_kernel(l.function, l.grid, l.block, l.shared_bytes, params, sizes, n,
+                                       hal_stream(stream));
   if (st != FLAGOS_SUCCESS && error) *error = last_error(t);
   return st;
 }
@@ -173,7 +177,9 @@ void bind_hal_kernels(py::module& m) {
       .def("function", &KernelModule::function)
       .def("set_shared_memory", &KernelModule::set_shared_memory)
       .def_property_readonly("device", &KernelModule::device);
-  m.def("_kernel_launch", &launch_from_python);
+  m.def("_kernel_launch", &launch_from_python, py::arg("device"), py::arg("function"),
+        py::arg("grid"), py::arg("block"), py::arg("shared"), py::arg("params"),
+        py::arg("stream_id") = py::none(), py::arg("keepalive") = py::none());
 }
 
 }  // namespace flagos

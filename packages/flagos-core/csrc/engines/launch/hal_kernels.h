@@ -5,6 +5,7 @@
 #pragma once
 
 #include <c10/core/Device.h>
+#include <c10/core/Stream.h>
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
@@ -23,11 +24,11 @@ struct KernelLaunch {
   uint32_t shared_bytes = 0;
 };
 
-// Launches on the current flagos stream of l.device: params[i] points to the value of
+// Launches on `stream`, a flagos stream of l.device: params[i] points to the value of
 // parameter i, sizes[i] bytes. A grid with a zero dimension launches nothing (as Triton).
 // Returns the HAL's status; on failure `error` holds the HAL's message.
-flagos_status_t launch_kernel(const KernelLaunch& l, void* const* params, const size_t* sizes,
-                              int n, std::string* error);
+flagos_status_t launch_kernel(const KernelLaunch& l, const c10::Stream& stream, void* const* params,
+                              const size_t* sizes, int n, std::string* error);
 
 // flagos._C: _kernel_formats, _kernel_target, _KernelModule, _kernel_launch.
 void bind_hal_kernels(pybind11::module& m);

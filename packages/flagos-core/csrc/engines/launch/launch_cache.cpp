@@ -15,6 +15,7 @@
 #include <unordered_map>
 
 #include "engines/launch/twin_launchers.h"
+#include "runtime/stream.h"
 
 namespace flagos {
 namespace {
@@ -249,7 +250,8 @@ Relaunch relaunch(const Launch& l, torch::jit::Stack* stack, size_t num_args, st
     ptrs[i] = &values[i];
   }
   if (l.hal) {
-    if (launch_kernel(l.hal_kernel, ptrs, sizes, static_cast<int>(l.params.size()), &error) != FLAGOS_SUCCESS)
+    if (launch_kernel(l.hal_kernel, current_stream(l.hal_kernel.device), ptrs, sizes,
+                      static_cast<int>(l.params.size()), &error) != FLAGOS_SUCCESS)
       return Relaunch::kFailed;
   } else {
     error = twin_launch(l.kernel, l.device, ptrs);
@@ -397,10 +399,10 @@ bool record_launch(uintptr_t function, const std::vector<uint32_t>& grid, uint32
 }
 
 bool record_hal_launch(const KernelLaunch& l, std::vector<LaunchParam> params,
-                       const PyObjectRef& keepalive) {
+                       const PyObjectRef& keepalive, bool on_current_stream) {
   Recorded* rec = recording;
   if (!rec) return false;
-  if (++rec->launches > 1 || params.size() > kMaxParams) {
+  if (++rec->launches > 1 || params.size() > kMaxParams || !on_current_stream) {
     rec->valid = false;
     return true;
   }
@@ -413,6 +415,17 @@ bool record_hal_launch(const KernelLaunch& l, std::vector<LaunchParam> params,
 }
 
 bool launch_recording() { return recording != nullptr; }
+
+std::vector<LaunchParam> launch_params(const std::vector<std::tuple<bool, int, uint64_t>>& params) {
+  std::vector<LaunchParam> out;
+  out.reserve(params.size());
+  for (const auto& [pointer, bytes, bits] : params) {
+    TORCH_CHECK(bytes == 1 || bytes == 2 || bytes == 4 || bytes == 8,
+                "flagos: a launch parameter of ", bytes, " bytes (1, 2, 4 or 8)");
+    out.push_back({pointer, static_cast<uint8_t>(bytes), bits});
+  }
+  return out;
+}
 
 LaunchCacheStats launch_cache_stats() {
   return {n_relaunched.load(), n_python.load(), n_kept.load(), n_unkeyed.load()};

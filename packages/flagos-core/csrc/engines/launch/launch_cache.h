@@ -27,6 +27,7 @@
 
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "engines/launch/hal_kernels.h"
@@ -58,9 +59,15 @@ bool record_launch(uintptr_t function, const std::vector<uint32_t>& grid, uint32
 
 // Records the launch through the HAL the running Python kernel makes (`l`, a kernel of a
 // module loaded on flagos:l.device); false when no recording is open on this thread.
-// `keepalive` is held as long as the launch is kept (the module owning the kernel).
+// `keepalive` is held as long as the launch is kept (the module owning the kernel). A
+// launch on another stream than the current one is not kept (a relaunch runs on the
+// current stream).
 bool record_hal_launch(const KernelLaunch& l, std::vector<LaunchParam> params,
-                       const PyObjectRef& keepalive);
+                       const PyObjectRef& keepalive, bool on_current_stream);
+
+// Parameters as Python gives them, (is_pointer, bytes, bits); raises for a size that is
+// not 1, 2, 4 or 8.
+std::vector<LaunchParam> launch_params(const std::vector<std::tuple<bool, int, uint64_t>>& params);
 
 // Whether the running Python kernel is being recorded (on this thread).
 bool launch_recording();
