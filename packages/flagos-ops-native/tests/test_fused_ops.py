@@ -9,6 +9,8 @@ import flagos
 import pytest
 import torch
 import torch.nn.functional as F
+from route_stats import calls as _calls
+from route_stats import declined as _declined
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 TOL = {torch.float32: (1e-4, 1e-5), torch.bfloat16: (2e-2, 2e-2), torch.float16: (2e-3, 2e-3),
@@ -17,14 +19,6 @@ RMS = "aten::_fused_rms_norm"
 RMS_BW = "aten::_fused_rms_norm_backward"
 SDPA = "aten::_scaled_dot_product_fused_attention_overrideable"
 SDPA_BW = "aten::_scaled_dot_product_fused_attention_overrideable_backward"
-
-
-def _calls(op: str, provider: str) -> int:
-    return flagos.routing.stats().get(op, {}).get(provider, {}).get("calls", 0)
-
-
-def _declined(op: str, provider: str) -> int:
-    return flagos.routing.stats().get(op, {}).get(provider, {}).get("declined", 0)
 
 
 def _run_both(fn, tensors, dtype, grad_scale=10):

@@ -7,14 +7,11 @@ import flagos
 import pytest
 import torch
 import torch.nn.functional as F
+from route_stats import calls as _calls
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 TOL = {torch.float32: (1e-5, 1e-5), torch.bfloat16: (2e-2, 2e-2), torch.float16: (2e-3, 2e-3),
        torch.float64: (1e-12, 1e-12)}
-
-
-def _calls(op: str, provider: str) -> int:
-    return flagos.routing.stats().get(op, {}).get(provider, {}).get("calls", 0)
 
 
 def _check(fn, *cpu_args, dtype, served: list[str], grad: bool = False):
