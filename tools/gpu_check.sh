@@ -2,8 +2,8 @@
 # Builds flagos against the GPU machine's own torch and runs the CUDA checks, logging under
 # $OUT (the device tool's output folder). Wheels the machine lacks are carried in .whl/
 # (tools/fetch_gpu_wheels.sh fetches them; name .whl in the run's carry).
-# Usage: tools/gpu_check.sh STEP...   steps: build conformance demo bench model sweep suite suite-a suite-b
-#        tests warm routes
+# Usage: tools/gpu_check.sh STEP...   steps: build conformance demo bench model sweep suite tests
+#        report warm kernel-cache routes
 #        cuda-faults nox compile dist profile gems gems-tests gems-bench gems-model gems-sweep zoo zoo-gems native
 #        tune tune-tests quant quant-sweep mxfp4 faults
 set -uo pipefail
@@ -16,6 +16,14 @@ if [[ -d .whl ]]; then
   export PYTHONPATH=/tmp/site
 fi
 step() { echo "=== $1 ($(date +%T))"; }
+KERNEL_CACHE=/tmp/kernel-cache
+if [[ ! -d $KERNEL_CACHE ]]; then
+  mkdir -p $KERNEL_CACHE/triton $KERNEL_CACHE/flaggems
+  if compgen -G ".gpu-cache/kernel-cache.tgz.*" > /dev/null; then
+    cat .gpu-cache/kernel-cache.tgz.* | tar xzf - -C $KERNEL_CACHE && echo "kernel caches from .gpu-cache"
+  fi
+fi
+export TRITON_CACHE_DIR=$KERNEL_CACHE/triton FLAGGEMS_CACHE_DIR=$KERNEL_CACHE/flaggems
 for s in "$@"; do
   case $s in
     build)
@@ -57,40 +65,46 @@ for s in "$@"; do
              --max-samples 3 --jobs 14 --json "$OUT/sweep-cuda.json" > "$OUT/sweep.log" 2>&1; tail -40 "$OUT/sweep.log" ;;
     nox) step nox; PIP_NO_INDEX=1 PIP_FIND_LINKS="$PWD/.whl" timeout 580 python3 -m nox -s "tests(hw='cuda')" \
              2>&1 | tee "$OUT/nox.log" | tail -40 ;;
-    # Everything the cuda suite's done-criteria need in one 10-minute command: build, then
-    # the suite with what time is left (SUITE_BUDGET s from the start, default 540), the
-    # fault sweep beside it. FLAGOS_COMMIT names the commit in the tables (no .git there).
+    # Everything the cuda suite's done-criteria need in one 10-minute command: build; then
+    # one process compiles FlagGems' kernels of a training step (warm, at most WARM_BUDGET s)
+    # while the seven folders that do not use FlagGems run; then the gems and integration
+    # folders on the filled caches, with what is left of SUITE_BUDGET s (default 570); the
+    # fault sweep beside it all; the kernel caches go back for the next machine.
+    # FLAGOS_COMMIT names the commit in the tables (no .git there).
     suite) step suite; t0=$(date +%s)
       "$0" build
-      # the device tool brings back few files: the build logs go back as one
-      (cd "$OUT" && tar czf build-logs.tgz build-*.log && rm -f build-*.log)
-      left=$(( ${SUITE_BUDGET:-540} - ($(date +%s) - t0) ))
+      ( FAULT_FIRST=${FAULT_FIRST:-3} "$0" cuda-faults > /tmp/cuda-faults.out 2>&1 ) &
+      ( WARM_TIMEOUT=${WARM_BUDGET:-200} "$0" warm > "$OUT/warm.log" 2>&1 ) & warm=$!
+      left=$(( ${SUITE_BUDGET:-570} - ($(date +%s) - t0) ))
       echo "suite: ${left} s left after the build"
-      ( FAULT_FIRST=${FAULT_FIRST:-3} "$0" cuda-faults > /tmp/cuda-faults.out 2>&1 ) &
-      SUITE_TIMEOUT=$(( left - 25 )) SUITE_XDIST=${SUITE_XDIST:-4} "$0" tests
-      wait; tail -14 /tmp/cuda-faults.out ;;
-    # The cuda suite in two commands on one machine, for when a cold FlagGems does not fit
-    # one: suite-a builds, compiles FlagGems' kernels of a training step once (warm) while
-    # the folders that do not use FlagGems run; suite-b, sent while the machine is still
-    # warm, runs the gems and integration folders on the filled Triton cache and writes
-    # the table of all nine.
-    suite-a) step suite-a; "$0" build
-      (cd "$OUT" && tar czf build-logs.tgz build-*.log && rm -f build-*.log)
-      ( "$0" warm > "$OUT/warm.log" 2>&1 ) &
-      SUITE_FOLDERS="hal core boxing native quant distributed compile" SUITE_TIMEOUT=${SUITE_TIMEOUT:-420} \
-        nice -n 5 "$0" tests  # the compiles first: they stand between suite-b and its end
-      wait; tail -5 "$OUT/warm.log" ;;
-    suite-b) step suite-b
-      ( FAULT_FIRST=${FAULT_FIRST:-3} "$0" cuda-faults > /tmp/cuda-faults.out 2>&1 ) &
-      SUITE_COMMAND="tools/gpu_check.sh suite-a; tools/gpu_check.sh suite-b" \
-        SUITE_APPEND=1 SUITE_FOLDERS="gems integration" SUITE_TIMEOUT=${SUITE_TIMEOUT:-480} \
+      SUITE_REPORT=0 SUITE_FOLDERS="hal core boxing native quant distributed compile" \
+        SUITE_TIMEOUT=$(( left - 25 )) nice -n 5 "$0" tests &
+      wait $warm; tail -4 "$OUT/warm.log"
+      left=$(( ${SUITE_BUDGET:-570} - ($(date +%s) - t0) ))
+      echo "suite: ${left} s left after the warm-up"
+      SUITE_REPORT=0 SUITE_APPEND=1 SUITE_FOLDERS="gems integration" SUITE_TIMEOUT=$(( left - 25 )) \
         SUITE_XDIST=${SUITE_XDIST:-6} "$0" tests
-      wait; tail -14 /tmp/cuda-faults.out ;;
-    # FlagGems compiles (and autotunes) each Triton kernel on first use, into the Triton
-    # cache every later process reads: one process compiles a training step's kernels
-    # here, so that the test processes do not all compile the same kernels at once.
+      wait; tail -14 /tmp/cuda-faults.out
+      "$0" report kernel-cache
+      # the device tool brings back at most 8 files: all but the tables and the caches in one
+      (cd "$OUT" && tar czf suite-files.tgz --remove-files build-*.log cuda-suite.log warm.log \
+        warm-routes.json route-sweep-cuda-*.json cuda-faults.log 2>/dev/null) ;;
+    # Kernel caches across machines: FlagGems compiles (and autotunes) each Triton kernel on
+    # first use, into TRITON_CACHE_DIR and FLAGGEMS_CACHE_DIR, which this script points
+    # under /tmp/kernel-cache, filled from .gpu-cache/ when the run carries it. kernel-cache
+    # writes them back as kernel-cache.tgz.* (parts under the tool's 16 MiB a file); put
+    # them in .gpu-cache/ (ignored by git) and carry it.
+    kernel-cache) step kernel-cache
+      tar czf /tmp/kernel-cache.tgz -C "$KERNEL_CACHE" . && rm -f "$OUT"/kernel-cache.tgz.*
+      split -b 15M /tmp/kernel-cache.tgz "$OUT/kernel-cache.tgz."; ls -l "$OUT"/kernel-cache.tgz.* ;;
+    # One process compiles the kernels of a training step through FlagGems, so that the
+    # test processes do not all compile the same kernels at once.
     warm) step warm; FLAGOS_HAL=cuda timeout ${WARM_TIMEOUT:-400} python3 integration_tests/route_sweep.py \
              --memory host --only gems --jobs 1 --json "$OUT/warm-routes.json" 2>&1 | tail -8 ;;
+    report) step report; python3 tools/suite_report.py --junit-dir /tmp/cuda-suite --hal cuda \
+        --machine "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" \
+        --command "${SUITE_COMMAND:-tools/gpu_check.sh suite}" --json "$OUT/cuda-suite.json" | tee "$OUT/cuda-suite.log"
+      tar czf "$OUT/cuda-suite.tgz" -C /tmp/cuda-suite . ;;
     # The cuda suite: every test folder on the cuda HAL (one pytest each, as the noxfile
     # runs them), SUITE_JOBS folders at a time, each within SUITE_TIMEOUT s; JUnit files and
     # logs in $OUT/cuda-suite.tgz, the table in $OUT/cuda-suite.json (docs/benchmarks.md).
@@ -118,9 +132,7 @@ for s in "$@"; do
         if (( running >= ${SUITE_JOBS:-9} )); then wait -n; running=$((running - 1)); fi
       done
       wait
-      python3 tools/suite_report.py --junit-dir $J --hal cuda --machine "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" \
-        --command "${SUITE_COMMAND:-tools/gpu_check.sh suite}" --json "$OUT/cuda-suite.json" | tee "$OUT/cuda-suite.log"
-      tar czf "$OUT/cuda-suite.tgz" -C $J . ;;
+      [[ ${SUITE_REPORT:-1} == 0 ]] || "$0" report ;;
     # The route sweep and the fault sweep on the cuda HAL (benchmark-style JSON for the docs).
     routes) step routes; (cd integration_tests && FLAGOS_HAL=cuda timeout 500 python3 route_sweep.py --memory host \
              --jobs 6 --json "$OUT/route-sweep-cuda.json" 2>&1 | tee "$OUT/routes.log" | tail -30) ;;
