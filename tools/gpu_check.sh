@@ -19,8 +19,8 @@ step() { echo "=== $1 ($(date +%T))"; }
 KERNEL_CACHE=/tmp/kernel-cache
 if [[ ! -d $KERNEL_CACHE ]]; then
   mkdir -p $KERNEL_CACHE/triton $KERNEL_CACHE/flaggems
-  if compgen -G ".gpu-cache/kernel-cache.tgz.*" > /dev/null; then
-    cat .gpu-cache/kernel-cache.tgz.* | tar xzf - -C $KERNEL_CACHE && echo "kernel caches from .gpu-cache"
+  if compgen -G ".gpu-cache/kernel-cache.txz.*" > /dev/null; then
+    cat .gpu-cache/kernel-cache.txz.* | tar xJf - -C $KERNEL_CACHE && echo "kernel caches from .gpu-cache"
   fi
 fi
 export TRITON_CACHE_DIR=$KERNEL_CACHE/triton FLAGGEMS_CACHE_DIR=$KERNEL_CACHE/flaggems
@@ -92,11 +92,16 @@ for s in "$@"; do
     # Kernel caches across machines: FlagGems compiles (and autotunes) each Triton kernel on
     # first use, into TRITON_CACHE_DIR and FLAGGEMS_CACHE_DIR, which this script points
     # under /tmp/kernel-cache, filled from .gpu-cache/ when the run carries it. kernel-cache
-    # writes them back as kernel-cache.tgz.* (parts under the tool's 16 MiB a file); put
-    # them in .gpu-cache/ (ignored by git) and carry it.
+    # writes them back as kernel-cache.txz.* (parts under the tool's 16 MiB a file); put
+    # them in .gpu-cache/ (ignored by git) and carry it. Triton loads a cached kernel from
+    # its metadata (.json) and binary (.cubin) alone, and its group files list absolute
+    # paths (hence the fixed folder): the intermediate IRs stay behind, they are most of
+    # the bytes.
     kernel-cache) step kernel-cache
-      tar czf /tmp/kernel-cache.tgz -C "$KERNEL_CACHE" . && rm -f "$OUT"/kernel-cache.tgz.*
-      split -b 15M /tmp/kernel-cache.tgz "$OUT/kernel-cache.tgz."; ls -l "$OUT"/kernel-cache.tgz.* ;;
+      find "$KERNEL_CACHE/triton" -type f \( -name '*.ttir' -o -name '*.ttgir' -o -name '*.llir' \
+        -o -name '*.ptx' -o -name '*.source' \) -delete
+      tar -I 'xz -T0 -9' -cf /tmp/kernel-cache.txz -C "$KERNEL_CACHE" . && rm -f "$OUT"/kernel-cache.txz.*
+      split -b 15M /tmp/kernel-cache.txz "$OUT/kernel-cache.txz."; ls -l "$OUT"/kernel-cache.txz.* ;;
     # One process compiles the kernels of a training step through FlagGems, so that the
     # test processes do not all compile the same kernels at once.
     warm) step warm; FLAGOS_HAL=cuda timeout ${WARM_TIMEOUT:-400} python3 integration_tests/route_sweep.py \

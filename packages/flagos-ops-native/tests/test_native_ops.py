@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from route_stats import calls as _calls
+from route_stats import declined as _declined
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 TOL = {torch.float32: (1e-5, 1e-5), torch.bfloat16: (2e-2, 2e-2), torch.float16: (2e-3, 2e-3),
@@ -118,8 +119,12 @@ def test_softmax_norm_embedding(native_first, dtype):
     _check(lambda t, ww, bb: F.layer_norm(t, (8,), ww, bb), x, w, b, dtype=dtype, grad=True,
            served=["aten::native_layer_norm", "aten::native_layer_norm_backward"])
     weight, idx = torch.randn(10, 4, dtype=dtype), torch.tensor([[1, 3, 3], [0, 9, 1]])
+    # embedding's composite kernel calls index_select, unless an installed library has
+    # embedding routed as itself (flagos-ops-gems does): then it reaches the chain whole,
+    # which simk does not serve (docs/routing.md)
+    whole = torch._C._dispatch_has_kernel_for_dispatch_key("aten::embedding", "PrivateUse1")
     _check(lambda ww, i: F.embedding(i, ww), weight, idx, dtype=dtype, grad=True,
-           served=["aten::index_select", "aten::embedding_dense_backward"])
+           served=["aten::embedding_dense_backward"] + ([] if whole else ["aten::index_select"]))
 
 
 def test_unsupported_dtype_declines_to_cpu(native_first):
@@ -127,14 +132,13 @@ def test_unsupported_dtype_declines_to_cpu(native_first):
     a, b = torch.randn(4, 4, dtype=torch.float64), torch.randn(4, 4, dtype=torch.float64)
     out = torch.mm(a.to("flagos"), b.to("flagos"))
     torch.testing.assert_close(out.cpu(), a @ b)
-    row = flagos.routing.stats()["aten::mm.out"]
-    assert row["native"]["declined"] == 1 and row["native"]["calls"] == 0
-    assert row["cpu"]["calls"] == 1
+    assert _declined("aten::mm.out", "native") == 1 and _calls("aten::mm.out", "native") == 0
+    assert _calls("aten::mm.out", "cpu") == 1
     # mixed dtypes decline too (type promotion is not native's)
     x = torch.randn(3, dtype=torch.float32)
     flagos.routing.reset_stats()
     torch.testing.assert_close((x.to("flagos") + x.double().to("flagos")).cpu(), x + x.double())
-    assert flagos.routing.stats()["aten::add.out"]["native"]["declined"] == 1
+    assert _declined("aten::add.out", "native") == 1
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
