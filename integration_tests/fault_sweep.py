@@ -433,7 +433,10 @@ def machine(hal: str = "sim") -> str:
 
 
 def git_commit() -> str:
-    """The checkout's short commit, or "unknown"."""
+    """FLAGOS_COMMIT (a copied tree names its commit so), else the checkout's short commit,
+    else "unknown"."""
+    if os.environ.get("FLAGOS_COMMIT"):
+        return os.environ["FLAGOS_COMMIT"]
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                               text=True, check=True, cwd=Path(__file__).parent).stdout.strip()
