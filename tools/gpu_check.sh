@@ -120,8 +120,10 @@ for s in "$@"; do
                 && echo "-n ${SUITE_XDIST:-4}"; }
       run_folder() {
         local f=$1 n; n=$(basename "$(dirname "$f")"); [[ $f == integration_tests ]] && n=integration_tests
+        # flagos_instafail: a failure's traceback in the log at once (a folder may be cut off)
         FLAGOS_HAL=cuda FLAGOS_TEST_HW=cuda HF_HUB_OFFLINE=1 FLAGOS_ROUTE_SWEEP_JSON="$OUT/route-sweep-cuda" \
-          timeout -k 10 ${SUITE_TIMEOUT:-500} python3 -X faulthandler -m pytest -v -p no:cacheprovider \
+          PYTHONPATH="$PWD/tools/pytest_plugins${PYTHONPATH:+:$PYTHONPATH}" \
+          timeout -k 10 ${SUITE_TIMEOUT:-500} python3 -X faulthandler -m pytest -v -p no:cacheprovider -p flagos_instafail \
           --durations=10 $(xdist "$f") -o faulthandler_timeout=$(( ${SUITE_TIMEOUT:-500} - 20 )) \
           --junitxml=$J/$n.xml "$f" > $J/$n.log 2>&1
         echo $? > $J/$n.rc; echo "$n: exit $(cat $J/$n.rc), $(tail -1 $J/$n.log)"
