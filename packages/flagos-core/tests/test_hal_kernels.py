@@ -95,6 +95,31 @@ def test_bad_images_and_launches_fail_with_the_hals_reason(image, axpy):
     assert torch.equal(x.cpu(), torch.ones(8))
 
 
+def test_failed_loads_and_launches_leave_the_device_usable(image, axpy):
+    """The HAL's kernel calls failing (fault injection of the kit, as a chip's runtime
+    refusing a load or a launch): a Python error with the HAL's text, the output untouched,
+    and the next load and launch work."""
+    import flagos_hal
+    from flagos_hal.fault_control import FaultControl
+
+    ctl = FaultControl(flagos_hal.load(torch.flagos.get_device_properties(0).hal_path))
+    x, y = torch.randn(256), torch.randn(256)
+    out = torch.full((256,), 7.0, device="flagos")
+    try:
+        ctl.arm("launch_kernel:1")
+        with pytest.raises(RuntimeError, match=r"launch_kernel: injected fault"):
+            axpy.launch(((256 + BLOCK - 1) // BLOCK,), (BLOCK,), x.to("flagos"), y.to("flagos"),
+                        out, 2.0, 256)
+        assert torch.equal(out.cpu(), torch.full((256,), 7.0))
+        ctl.arm("module_load:1")
+        with pytest.raises(torch.OutOfMemoryError, match=r"module_load: injected fault"):
+            kernels.KernelModule(0, FORMAT, image)
+    finally:
+        ctl.disarm()
+    again = kernels.KernelModule(0, FORMAT, image).kernel("axpy", SIGNATURE)
+    torch.testing.assert_close(_launch(again, x.to("flagos"), y.to("flagos"), 2.0).cpu(), 2.0 * x + y)
+
+
 @pytest.fixture(scope="module")
 def axpy_op(axpy):
     """flagos_test::axpy, a launch-cached op whose kernel is one launch of axpy."""

@@ -8,11 +8,12 @@ import ctypes
 import flagos_hal
 import pytest
 from flagos_hal import HalError, Status
+from flagos_hal.kernel_checks import _image as conformance_kernels
 from flagos_hal.sim_control import SimControl
 
 KINDS = ("malloc", "host_malloc", "memcpy", "memset", "free", "stream_create", "stream_query",
          "stream_synchronize", "stream_wait_event", "event_record", "event_query",
-         "event_synchronize", "device_synchronize")
+         "event_synchronize", "device_synchronize", "module_load", "launch_kernel")
 
 
 @pytest.fixture
@@ -29,6 +30,9 @@ def _calls(hal):
     e = hal.event_create()
     hal.event_record(e, s)
     src = ctypes.create_string_buffer(64)
+    fmt, image = conformance_kernels(hal)
+    module = hal.module_load(0, fmt, image)
+    ids = hal.module_function(module, "program_ids")
     out = [
         ("malloc", "malloc", lambda: hal.free(0, hal.malloc(0, 64))),
         ("host_malloc", "host_malloc", lambda: hal.host_free(hal.host_malloc(64))),
@@ -44,9 +48,14 @@ def _calls(hal):
                                                  hal.call("event_query", e))),
         ("event_synchronize", "event_synchronize", lambda: hal.event_synchronize(e)),
         ("device_synchronize", "device_synchronize", lambda: hal.call("device_synchronize", 0)),
+        ("module_load", "module_load", lambda: hal.module_unload(hal.module_load(0, fmt, image))),
+        ("launch_kernel", "launch_kernel", lambda: hal.launch(ids, (1, 1, 1), (32, 1, 1), 0,
+                                                              [ctypes.c_void_p(p)], s)),
     ]
 
     def cleanup():
+        hal.stream_synchronize(s)
+        hal.module_unload(module)
         hal.event_destroy(e)
         hal.stream_destroy(s)
         hal.free(0, p)
@@ -68,7 +77,8 @@ def test_each_kind_fails_its_next_call_once(hal, ctl, kind):
         fn()  # 1st call from now
         with pytest.raises(HalError) as info:
             fn()  # 2nd: fails
-        expected = Status.OUT_OF_MEMORY if kind in ("malloc", "host_malloc") else Status.DEVICE_FAULT
+        expected = Status.OUT_OF_MEMORY if kind in ("malloc", "host_malloc", "module_load") \
+            else Status.DEVICE_FAULT
         assert info.value.status == expected
         assert f"{call}: injected fault (FLAGOS_SIM_FAULT)" in str(info.value)
         fn()  # 3rd: works again

@@ -82,6 +82,15 @@ class KernelModule {
       st = table_->module_load(hal_device(device_).local_index, format.c_str(), bytes.data(),
                                bytes.size(), &module_);
     }
+    if (st == FLAGOS_ERROR_OUT_OF_MEMORY) {
+      // Loading takes device memory (code, constants): an allocation failure like any other.
+      std::string why = last_error(*table_);
+      size_t free_bytes = 0, total_bytes = 0;
+      table_->mem_get_info(hal_device(device_).local_index, &free_bytes, &total_bytes);
+      TORCH_CHECK_WITH(OutOfMemoryError, false, "flagos: out of memory on flagos:", int(device_),
+                       " loading a ", format, " image of ", bytes.size(), " bytes (", free_bytes,
+                       " of ", total_bytes, " bytes free): ", why);
+    }
     if (st != FLAGOS_SUCCESS) {
       std::string why = last_error(*table_);
       TORCH_CHECK(false, "flagos: loading a ", format, " image of ", bytes.size(),

@@ -29,7 +29,8 @@ namespace kit {
 enum class Op {
   kMalloc, kFree, kHostMalloc, kHostFree, kMemcpy, kMemcpyAsync, kMemset, kMemsetAsync,
   kDeviceSynchronize, kStreamCreate, kStreamDestroy, kStreamQuery, kStreamSynchronize,
-  kStreamWaitEvent, kEventRecord, kEventQuery, kEventSynchronize, kEventElapsedTime, kCount
+  kStreamWaitEvent, kEventRecord, kEventQuery, kEventSynchronize, kEventElapsedTime,
+  kModuleLoad, kLaunchKernel, kCount
 };
 
 // The ABI name of an interceptable call ("malloc", "stream_synchronize", ...).
@@ -38,7 +39,7 @@ inline const char* op_name(Op op) {
       "malloc", "free", "host_malloc", "host_free", "memcpy", "memcpy_async", "memset",
       "memset_async", "device_synchronize", "stream_create", "stream_destroy", "stream_query",
       "stream_synchronize", "stream_wait_event", "event_record", "event_query",
-      "event_synchronize", "event_elapsed_time"};
+      "event_synchronize", "event_elapsed_time", "module_load", "launch_kernel"};
   static_assert(sizeof names / sizeof names[0] == static_cast<size_t>(Op::kCount), "op names");
   return names[static_cast<size_t>(op)];
 }
@@ -139,11 +140,14 @@ class FaultInjector {
         {"event_query", FLAGOS_ERROR_DEVICE_FAULT, {Op::kEventQuery}},
         {"event_synchronize", FLAGOS_ERROR_DEVICE_FAULT, {Op::kEventSynchronize}},
         {"device_synchronize", FLAGOS_ERROR_DEVICE_FAULT, {Op::kDeviceSynchronize}},
+        // the kernel extension (kernels.hpp): loading an image takes device memory
+        {"module_load", FLAGOS_ERROR_OUT_OF_MEMORY, {Op::kModuleLoad}},
+        {"launch_kernel", FLAGOS_ERROR_DEVICE_FAULT, {Op::kLaunchKernel}},
     };
     static_assert(sizeof k / sizeof k[0] == kKinds, "kKinds counts the kinds");
     return k;
   }
-  static constexpr int kKinds = 13;
+  static constexpr int kKinds = 15;
   static constexpr int kMaxPerKind = 16;  // armed call numbers per kind
   static constexpr uint64_t kLostBit = uint64_t(1) << 63;  // KIND:N:lost
 

@@ -37,6 +37,7 @@
 
 #include "flagos_hal/flagos_hal.h"
 #include "flagos_hal/kit/errors.hpp"
+#include "flagos_hal/kit/faults.hpp"
 #include "flagos_hal/kit/graph.hpp"
 #include "flagos_hal/kit/registry.hpp"
 
@@ -152,6 +153,7 @@ struct KernelRuntime {
                   "module_load: format '%s' is not one this HAL loads (it loads: %s)", format,
                   V::kernel_formats());
     }
+    FLAGOS_KIT_TRY(H::enter_call(Op::kModuleLoad));
     auto loaded = std::make_shared<Loaded>();
     loaded->module = std::make_shared<Module>();
     loaded->module->device = device;
@@ -261,6 +263,7 @@ struct KernelRuntime {
                   f->name.c_str(), f->device, s->device);
     }
     FLAGOS_KIT_TRY(check_launch(*f, grid, block, shared_memory, args, arg_sizes, num_args));
+    FLAGOS_KIT_TRY(H::enter_call(Op::kLaunchKernel));
     FLAGOS_KIT_TRY(H::enter_device(f->device));
     return V::launch_kernel(*f, grid, block, shared_memory, args, arg_sizes, num_args, *s);
   }

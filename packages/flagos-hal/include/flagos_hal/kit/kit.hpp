@@ -228,6 +228,8 @@ class Hal {
   static int device_of_range(const void* p, size_t n) { return state().allocs.device_of_range(p, n); }
   // For the kernel extension (kernels.hpp): the vendor's activate(device) before its calls.
   static Status enter_device(int device) { return activate(device); }
+  // For the kernel extension: the fault injection and the vendor's intercept of `op`.
+  static Status enter_call(Op op) { return intercept(op); }
 
   static const flagos_hal_table_t* table() {
     static const flagos_hal_table_t t = make_table();
