@@ -64,7 +64,7 @@ def _run(hal: Hal, artifact: bytes, *inputs: np.ndarray) -> list[np.ndarray]:
 
 
 def test_sim_declares_the_graph_runtime(hal):
-    assert hal.abi_version == (1 << 16) | 2 and hal.has_graph_runtime()
+    assert hal.abi_version >> 16 == 1 and hal.abi_version & 0xFFFF >= 1 and hal.has_graph_runtime()
     assert hal.graph_formats() == [FMT]
     assert find("sim").formats == (FMT,)
 

@@ -13,7 +13,7 @@ from flagos_hal.sim_control import SimControl
 
 KINDS = ("malloc", "host_malloc", "memcpy", "memset", "free", "stream_create", "stream_query",
          "stream_synchronize", "stream_wait_event", "event_record", "event_query",
-         "event_synchronize", "device_synchronize", "module_load", "launch_kernel")
+         "event_synchronize", "device_synchronize", "module_load", "launch_kernel", "replay_launch")
 
 
 @pytest.fixture
@@ -21,6 +21,15 @@ def ctl(hal):
     c = SimControl(hal)
     yield c
     c.disarm()
+
+
+def _empty_capture(hal) -> int:
+    """A capture of nothing, on a stream of its own."""
+    s = hal.stream_create(0)
+    hal.begin_capture(s)
+    capture = hal.end_capture(s)
+    hal.stream_destroy(s)
+    return capture
 
 
 def _calls(hal):
@@ -33,6 +42,7 @@ def _calls(hal):
     fmt, image = conformance_kernels(hal)
     module = hal.module_load(0, fmt, image)
     ids = hal.module_function(module, "program_ids")
+    replay = hal.instantiate(_empty_capture(hal))
     out = [
         ("malloc", "malloc", lambda: hal.free(0, hal.malloc(0, 64))),
         ("host_malloc", "host_malloc", lambda: hal.host_free(hal.host_malloc(64))),
@@ -51,10 +61,12 @@ def _calls(hal):
         ("module_load", "module_load", lambda: hal.module_unload(hal.module_load(0, fmt, image))),
         ("launch_kernel", "launch_kernel", lambda: hal.launch(ids, (1, 1, 1), (32, 1, 1), 0,
                                                               [ctypes.c_void_p(p)], s)),
+        ("replay_launch", "replay_launch", lambda: hal.replay(replay, s)),
     ]
 
     def cleanup():
         hal.stream_synchronize(s)
+        hal.replay_destroy(replay)
         hal.module_unload(module)
         hal.event_destroy(e)
         hal.stream_destroy(s)

@@ -26,6 +26,13 @@
  * shipped as a binary) reaches it. A HAL that has it fills in all of them; check with
  * FLAGOS_HAL_HAS(table, launch_kernel).
  *
+ * ABI 1.3 appends the optional stream capture (stream_*_capture, capture_*, replay_*):
+ * the work queued on a stream between two calls is recorded instead of run, and can then
+ * be replayed as one launch, any number of times, without the host issuing it again (what
+ * CUDA Graphs do). It is not the graph runtime of ABI 1.1: that one runs a model a vendor
+ * compiler built; this one repeats a stream's own work. A HAL that has it fills in all of
+ * them; check with FLAGOS_HAL_HAS(table, replay_launch).
+ *
  * Conventions.
  *  - Every function returns a flagos_status_t; results come back through
  *    out-parameters, which are left untouched on failure.
@@ -48,7 +55,7 @@ extern "C" {
 #endif
 
 #define FLAGOS_HAL_ABI_MAJOR 1u
-#define FLAGOS_HAL_ABI_MINOR 2u
+#define FLAGOS_HAL_ABI_MINOR 3u
 #define FLAGOS_HAL_ABI_VERSION ((FLAGOS_HAL_ABI_MAJOR << 16) | FLAGOS_HAL_ABI_MINOR)
 #define FLAGOS_HAL_ENTRY_SYMBOL "flagos_hal_get_table"
 
@@ -105,6 +112,8 @@ typedef struct flagos_event_s* flagos_event_t;   /* opaque; owned by the HAL */
 typedef struct flagos_graph_s* flagos_graph_t;   /* opaque; a loaded compiled graph */
 typedef struct flagos_module_s* flagos_module_t; /* opaque; a loaded device binary image */
 typedef struct flagos_function_s* flagos_function_t; /* opaque; one kernel of a module */
+typedef struct flagos_capture_s* flagos_capture_t; /* opaque; the work a stream capture recorded */
+typedef struct flagos_replay_s* flagos_replay_t;   /* opaque; a capture made launchable */
 
 /* Element types of graph inputs and outputs. */
 typedef enum flagos_dtype {
@@ -328,6 +337,36 @@ typedef struct flagos_hal_table {
                                    flagos_stream_t stream);
   /* Release a module and its functions once their queued launches have finished. */
   flagos_status_t (*module_unload)(flagos_module_t module);
+  /* ---- stream capture (ABI 1.3, optional: NULL when work cannot be captured) ----------
+   * Between stream_begin_capture and stream_end_capture, the copies (memcpy_async),
+   * memsets (memset_async) and kernel launches queued on a stream are recorded, not run;
+   * the HAL may record more (events, host functions) and refuses with NOT_SUPPORTED what it
+   * cannot. A capture records work, not values: a replay reads and writes the same
+   * addresses, so the caller keeps every buffer the work uses alive, and rewrites inputs in
+   * place, while replays may run. Only a stream the caller created can capture (not a
+   * default stream). While it captures, a call that would wait for it or ask about its work
+   * (stream_query, stream_synchronize, device_synchronize of its device, a wait on work
+   * outside the capture) fails with INVALID_VALUE and invalidates the capture: its
+   * stream_end_capture then fails too, and the stream no longer captures. */
+  /* Start recording the work queued on `stream`. A stream already capturing, or a default
+   * stream, is INVALID_VALUE. */
+  flagos_status_t (*stream_begin_capture)(flagos_stream_t stream);
+  /* Stop recording and return what was recorded (possibly nothing). A stream that is not
+   * capturing is INVALID_VALUE; an invalidated capture is INVALID_VALUE, with the call that
+   * invalidated it in the last-error message, and returns nothing. */
+  flagos_status_t (*stream_end_capture)(flagos_stream_t stream, flagos_capture_t* capture);
+  /* *capturing = 1 while `stream` records, else 0. */
+  flagos_status_t (*stream_is_capturing)(flagos_stream_t stream, int* capturing);
+  /* Make a capture launchable; the capture itself stays valid (instantiate it again, or
+   * destroy it). */
+  flagos_status_t (*capture_instantiate)(flagos_capture_t capture, flagos_replay_t* replay);
+  flagos_status_t (*capture_destroy)(flagos_capture_t capture);
+  /* Queue the recorded work once on `stream` (a stream of the device it was captured on,
+   * any of them) and return: it runs in the recorded order, in order with the stream's
+   * other work. A stream of another device is INVALID_VALUE. */
+  flagos_status_t (*replay_launch)(flagos_replay_t replay, flagos_stream_t stream);
+  /* Release a replay once its queued launches have finished. */
+  flagos_status_t (*replay_destroy)(flagos_replay_t replay);
   /* Add new functions here, after the last one, and bump FLAGOS_HAL_ABI_MINOR. */
 } flagos_hal_table_t;
 

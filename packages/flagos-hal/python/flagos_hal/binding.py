@@ -221,6 +221,14 @@ TABLE_FUNCTIONS: list[tuple[str, list]] = [
     ("launch_kernel", [_vp, ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint32), _sz,
                        _vpp, _size_p, _i, _vp]),
     ("module_unload", [_vp]),
+    # ABI 1.3: the optional stream capture.
+    ("stream_begin_capture", [_vp]),
+    ("stream_end_capture", [_vp, _vpp]),
+    ("stream_is_capturing", [_vp, _int_p]),
+    ("capture_instantiate", [_vp, _vpp]),
+    ("capture_destroy", [_vp]),
+    ("replay_launch", [_vp, _vp]),
+    ("replay_destroy", [_vp]),
 ]
 
 # The functions of the graph runtime (ABI 1.1): a HAL has all of them or none.
@@ -228,7 +236,10 @@ GRAPH_FUNCTIONS = [name for name, _ in TABLE_FUNCTIONS if name.startswith("graph
 # The functions of the kernel extension (ABI 1.2): a HAL has all of them or none.
 KERNEL_FUNCTIONS = ["kernel_get_formats", "kernel_get_target", "module_load", "module_get_function",
                     "function_set_shared_memory", "launch_kernel", "module_unload"]
-OPTIONAL_FUNCTIONS = GRAPH_FUNCTIONS + KERNEL_FUNCTIONS
+# The functions of the stream capture (ABI 1.3): a HAL has all of them or none.
+CAPTURE_FUNCTIONS = ["stream_begin_capture", "stream_end_capture", "stream_is_capturing",
+                     "capture_instantiate", "capture_destroy", "replay_launch", "replay_destroy"]
+OPTIONAL_FUNCTIONS = GRAPH_FUNCTIONS + KERNEL_FUNCTIONS + CAPTURE_FUNCTIONS
 
 
 class Table(ctypes.Structure):
@@ -554,6 +565,41 @@ class Hal:
 
     def module_unload(self, module: int) -> None:
         self.call("module_unload", module)
+
+    # ---- stream capture (ABI 1.3, optional) -------------------------------------------
+    def has_capture(self) -> bool:
+        """Whether the table has the whole stream capture (every capture function)."""
+        return all(self.has(f) for f in CAPTURE_FUNCTIONS)
+
+    def begin_capture(self, stream: int) -> None:
+        self.call("stream_begin_capture", stream)
+
+    def end_capture(self, stream: int) -> int:
+        """Stop recording on `stream`: the capture's handle."""
+        out = ctypes.c_void_p()
+        self.call("stream_end_capture", stream, ctypes.byref(out))
+        return out.value or 0
+
+    def is_capturing(self, stream: int) -> bool:
+        out = ctypes.c_int(-1)
+        self.call("stream_is_capturing", stream, ctypes.byref(out))
+        return bool(out.value)
+
+    def instantiate(self, capture: int) -> int:
+        """A replay of `capture`."""
+        out = ctypes.c_void_p()
+        self.call("capture_instantiate", capture, ctypes.byref(out))
+        return out.value or 0
+
+    def capture_destroy(self, capture: int) -> None:
+        self.call("capture_destroy", capture)
+
+    def replay(self, replay: int, stream: int) -> None:
+        """Queue one run of the recorded work on `stream`."""
+        self.call("replay_launch", replay, stream)
+
+    def replay_destroy(self, replay: int) -> None:
+        self.call("replay_destroy", replay)
 
     def _ready(self, function: str, handle: int) -> bool:
         status = self.raw(function, handle)

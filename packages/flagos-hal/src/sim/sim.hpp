@@ -65,6 +65,8 @@ struct SimStream : kit::StreamBase {
   std::atomic<size_t> pending{0};
   bool stopping = false;
   std::thread worker;
+  // While the stream captures (capture.cpp), push records here instead of queueing.
+  std::vector<Task> recording;
   // The native handle: what kernel libraries for this device launch on (sim_runtime.h).
   flagos_hal_sim_stream_t runtime{};
 
@@ -116,6 +118,16 @@ struct SimFunction : kit::FunctionBase {
   const flagos_hal_sim_kernel_t* kernel = nullptr;
 };
 
+// ---- stream capture (capture.cpp) -----------------------------------------------------
+// The tasks a capturing stream was given, in order; each replay launch queues a copy, so
+// destroying the replay while launches are pending is safe.
+struct SimCapturedWork : kit::CapturedWorkBase {
+  std::vector<Task> tasks;
+};
+struct SimReplay : kit::ReplayBase {
+  std::vector<Task> tasks;
+};
+
 // ---- the vendor class the kit calls ------------------------------------------------
 struct Sim : kit::VendorDefaults {
   static constexpr const char* kName = "sim";
@@ -127,6 +139,8 @@ struct Sim : kit::VendorDefaults {
   using Graph = SimGraph;
   using Module = SimModule;
   using Function = SimFunction;
+  using CapturedWork = SimCapturedWork;
+  using Replay = SimReplay;
 
   FLAGOS_HAL_KIT_RUNTIME_CALLS()
   // the graph runtime (kit/graph.hpp)
@@ -136,6 +150,7 @@ struct Sim : kit::VendorDefaults {
                               Stream& stream);
   static Status graph_destroy(Graph& g);
   FLAGOS_HAL_KIT_KERNEL_CALLS()  // the kernel extension (kit/kernels.hpp; kernels.cpp)
+  FLAGOS_HAL_KIT_CAPTURE_CALLS()  // the stream capture (kit/capture.hpp; capture.cpp)
 };
 
 }  // namespace flagos_sim

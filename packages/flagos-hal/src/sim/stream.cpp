@@ -37,6 +37,13 @@ Status waits_for_itself(const char* fn) {
                    "%s: called from work running on the stream it would wait for (a host "
                    "function); it would wait for itself. Wait from another thread", fn);
 }
+// The sim captures one stream's copies, memsets, kernel launches and graph executions;
+// events would join other streams' work into a capture, which it does not record.
+Status events_in_capture(const char* fn) {
+  return kit::fail(FLAGOS_ERROR_NOT_SUPPORTED,
+                   "%s: the stream is capturing, and sim captures no events (one stream's "
+                   "copies, memsets and kernel launches)", fn);
+}
 }  // namespace
 
 const SimStream* SimStream::current() { return t_worker_of; }
@@ -60,6 +67,10 @@ void SimStream::run() {
 
 void SimStream::push(Task task) {
   std::lock_guard<std::mutex> lock(mu);
+  if (capturing()) {  // recorded, not run (capture.cpp)
+    recording.push_back(std::move(task));
+    return;
+  }
   queue.push_back(std::move(task));
   ++pending;
   has_work.notify_one();
@@ -97,6 +108,12 @@ static Status launch_host_func(const flagos_hal_sim_stream_t* self, void (*fn)(v
   if (!self || !fn) return kit::fail(FLAGOS_ERROR_INVALID_VALUE, "launch_host_func: NULL argument");
   SimStream* s = kit::Hal<Sim>::stream(self->stream);
   if (!s) return kit::fail(FLAGOS_ERROR_INVALID_HANDLE, "launch_host_func: unknown or destroyed stream");
+  if (s->capturing()) {
+    // A replay would call fn(data) again, after the first run may have released `data`.
+    return kit::fail(FLAGOS_ERROR_NOT_SUPPORTED,
+                     "launch_host_func: host functions cannot be captured on sim (their data "
+                     "may not outlive one run)");
+  }
   s->push([fn, data] { fn(data); });
   return FLAGOS_SUCCESS;
 }
@@ -138,6 +155,7 @@ Status Sim::stream_synchronize(Stream& s) {
 }
 
 Status Sim::stream_wait_event(Stream& s, Event& e) {
+  if (s.capturing()) return events_in_capture("stream_wait_event");
   auto cap = e.capture();
   if (!cap->is_done()) s.push([cap] { cap->wait(); });
   return FLAGOS_SUCCESS;
@@ -152,6 +170,7 @@ Status Sim::event_create(Event&) { return FLAGOS_SUCCESS; }
 Status Sim::event_destroy(Event&) { return FLAGOS_SUCCESS; }  // captures live in the queues
 
 Status Sim::event_record(Event& e, Stream& s) {
+  if (s.capturing()) return events_in_capture("event_record");
   auto cap = std::make_shared<Capture>();
   cap->stream = &s;
   {

@@ -30,7 +30,7 @@ enum class Op {
   kMalloc, kFree, kHostMalloc, kHostFree, kMemcpy, kMemcpyAsync, kMemset, kMemsetAsync,
   kDeviceSynchronize, kStreamCreate, kStreamDestroy, kStreamQuery, kStreamSynchronize,
   kStreamWaitEvent, kEventRecord, kEventQuery, kEventSynchronize, kEventElapsedTime,
-  kModuleLoad, kLaunchKernel, kCount
+  kModuleLoad, kLaunchKernel, kReplayLaunch, kCount
 };
 
 // The ABI name of an interceptable call ("malloc", "stream_synchronize", ...).
@@ -39,7 +39,7 @@ inline const char* op_name(Op op) {
       "malloc", "free", "host_malloc", "host_free", "memcpy", "memcpy_async", "memset",
       "memset_async", "device_synchronize", "stream_create", "stream_destroy", "stream_query",
       "stream_synchronize", "stream_wait_event", "event_record", "event_query",
-      "event_synchronize", "event_elapsed_time", "module_load", "launch_kernel"};
+      "event_synchronize", "event_elapsed_time", "module_load", "launch_kernel", "replay_launch"};
   static_assert(sizeof names / sizeof names[0] == static_cast<size_t>(Op::kCount), "op names");
   return names[static_cast<size_t>(op)];
 }
@@ -143,11 +143,13 @@ class FaultInjector {
         // the kernel extension (kernels.hpp): loading an image takes device memory
         {"module_load", FLAGOS_ERROR_OUT_OF_MEMORY, {Op::kModuleLoad}},
         {"launch_kernel", FLAGOS_ERROR_DEVICE_FAULT, {Op::kLaunchKernel}},
+        // the stream capture (capture.hpp)
+        {"replay_launch", FLAGOS_ERROR_DEVICE_FAULT, {Op::kReplayLaunch}},
     };
     static_assert(sizeof k / sizeof k[0] == kKinds, "kKinds counts the kinds");
     return k;
   }
-  static constexpr int kKinds = 15;
+  static constexpr int kKinds = 16;
   static constexpr int kMaxPerKind = 16;  // armed call numbers per kind
   static constexpr uint64_t kLostBit = uint64_t(1) << 63;  // KIND:N:lost
 

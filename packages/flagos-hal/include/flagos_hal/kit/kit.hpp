@@ -65,6 +65,7 @@
 #include <vector>
 
 #include "flagos_hal/flagos_hal.h"
+#include "flagos_hal/kit/capture.hpp"
 #include "flagos_hal/kit/errors.hpp"
 #include "flagos_hal/kit/faults.hpp"
 #include "flagos_hal/kit/graph.hpp"
@@ -126,6 +127,25 @@ struct StreamBase {
   int device = 0;
   int priority = 0;
   bool is_default = false;
+
+  // Stream capture (capture.hpp): whether the stream records its work instead of running it.
+  static constexpr int kNotCapturing = 0, kCapturing = 1, kInvalidated = 2;
+  std::atomic<int> capture_state{kNotCapturing};
+  std::atomic<const char*> capture_invalidated_by{nullptr};  // the call, a literal
+  bool capturing() const { return capture_state.load(std::memory_order_acquire) != kNotCapturing; }
+  // For a call that may not meet a capturing stream: invalidates the capture and returns
+  // INVALID_VALUE naming `call`; SUCCESS when the stream does not capture.
+  Status refuse_while_capturing(const char* call) {
+    int state = kCapturing;
+    if (capture_state.compare_exchange_strong(state, kInvalidated)) {
+      capture_invalidated_by.store(call);
+    } else if (state == kNotCapturing) {
+      return FLAGOS_SUCCESS;
+    }
+    return fail(FLAGOS_ERROR_INVALID_VALUE,
+                "%s: the stream is capturing; its capture is invalidated (wait for a capturing "
+                "stream's work only after stream_end_capture)", call);
+  }
 };
 
 // What the kit sets on every event; a vendor's Event derives from it.
@@ -525,6 +545,11 @@ class Hal {
   }
   static Status device_synchronize(int device) {
     FLAGOS_KIT_TRY(check_device(device, "device_synchronize"));
+    Status capturing = FLAGOS_SUCCESS;
+    for (auto& s : device_streams(device)) {
+      if (s->capturing()) capturing = s->refuse_while_capturing("device_synchronize");
+    }
+    FLAGOS_KIT_TRY(capturing);
     FLAGOS_KIT_TRY(intercept(Op::kDeviceSynchronize));
     if constexpr (detail::HasDeviceSynchronize<V>::value) {
       FLAGOS_KIT_TRY(activate(device));
@@ -708,6 +733,9 @@ class Hal {
       return fail(FLAGOS_ERROR_INVALID_VALUE,
                   "stream_destroy: the default stream of device %d cannot be destroyed", s->device);
     }
+    if (s->capturing()) {
+      return fail(FLAGOS_ERROR_INVALID_VALUE, "stream_destroy: the stream is capturing; end the capture first");
+    }
     FLAGOS_KIT_TRY(intercept(Op::kStreamDestroy));
     bool found = false;
     if (!state().streams.remove_if(stream, [](const Stream&) { return true; }, &found)) {
@@ -726,6 +754,7 @@ class Hal {
     FLAGOS_KIT_TRY(ready());
     Stream* s = stream_of(stream);
     if (!s) return bad_stream("stream_query");
+    FLAGOS_KIT_TRY(s->refuse_while_capturing("stream_query"));
     FLAGOS_KIT_TRY(intercept(Op::kStreamQuery));
     FLAGOS_KIT_TRY(activate(s->device));
     return V::stream_query(*s);
@@ -734,6 +763,7 @@ class Hal {
     FLAGOS_KIT_TRY(ready());
     Stream* s = stream_of(stream);
     if (!s) return bad_stream("stream_synchronize");
+    FLAGOS_KIT_TRY(s->refuse_while_capturing("stream_synchronize"));
     FLAGOS_KIT_TRY(intercept(Op::kStreamSynchronize));
     return sync_stream(*s);
   }
@@ -897,6 +927,16 @@ class Hal {
       t.function_set_shared_memory = detail::Guarded<&K::set_shared_memory>::call;
       t.launch_kernel = detail::Guarded<&K::launch>::call;
       t.module_unload = detail::Guarded<&K::unload>::call;
+    }
+    if constexpr (detail::HasCapture<V>::value) {  // the optional stream capture (capture.hpp)
+      using C = CaptureRuntime<V, Hal<V>>;
+      t.stream_begin_capture = detail::Guarded<&C::begin>::call;
+      t.stream_end_capture = detail::Guarded<&C::end>::call;
+      t.stream_is_capturing = detail::Guarded<&C::is_capturing>::call;
+      t.capture_instantiate = detail::Guarded<&C::instantiate>::call;
+      t.capture_destroy = detail::Guarded<&C::destroy_capture>::call;
+      t.replay_launch = detail::Guarded<&C::launch>::call;
+      t.replay_destroy = detail::Guarded<&C::destroy_replay>::call;
     }
     return t;
   }
