@@ -3,6 +3,7 @@
 //   memory.cpp  allocations, copies, memsets, pointer attributes
 //   stream.cpp  streams (CUstreams) and events (a CUevent per device)
 //   kernels.cpp the kernel extension: modules (cubin, PTX, fatbin) and kernel launches
+//   capture.cpp the stream capture: CUDA stream capture into a CUgraph, launched as a CUgraphExec
 //
 // Built without the CUDA toolkit: libcuda.so.1 is opened with dlopen and every entry
 // point resolved with dlsym, so the library loads (and reports zero devices) on machines
@@ -33,6 +34,8 @@ typedef struct CUstream_st* CUstream;
 typedef struct CUevent_st* CUevent;
 typedef struct CUmod_st* CUmodule;
 typedef struct CUfunc_st* CUfunction;
+typedef struct CUgraph_st* CUgraph;
+typedef struct CUgraphExec_st* CUgraphExec;
 constexpr CUresult CUDA_SUCCESS = 0, CUDA_ERROR_INVALID_VALUE = 1, CUDA_ERROR_NOT_READY = 600;
 constexpr int CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16;
 constexpr int CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75;
@@ -48,6 +51,7 @@ constexpr int CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 1;
 constexpr int CU_DEVICE_ATTRIBUTE_WARP_SIZE = 10;
 constexpr int CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97;
 constexpr int CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
+constexpr int CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1;  // CUstreamCaptureMode
 
 // Every driver entry point: X(name, parameter list). Versioned names are the ones cuda.h
 // maps to; the legacy-default-stream variants, never _ptds/_ptsz.
@@ -92,7 +96,13 @@ constexpr int CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
   X(cuModuleUnload, (CUmodule))                                            \
   X(cuFuncSetAttribute, (CUfunction, int, int))                           \
   X(cuLaunchKernel, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, \
-                     unsigned, CUstream, void**, void**))
+                     unsigned, CUstream, void**, void**))                                      \
+  X(cuStreamBeginCapture_v2, (CUstream, int))                                                 \
+  X(cuStreamEndCapture, (CUstream, CUgraph*))                                                 \
+  X(cuGraphInstantiateWithFlags, (CUgraphExec*, CUgraph, unsigned long long))                 \
+  X(cuGraphLaunch, (CUgraphExec, CUstream))                                                   \
+  X(cuGraphDestroy, (CUgraph))                                                                \
+  X(cuGraphExecDestroy, (CUgraphExec))
 
 struct Driver {
 #define FLAGOS_CUDA_SLOT(name, params) CUresult(*name) params = nullptr;
@@ -139,6 +149,17 @@ struct CudaFunction : kit::FunctionBase {
   CUfunction cu = nullptr;
 };
 
+// What a stream capture recorded, and its instantiation (capture.cpp). The driver frees
+// a CUgraphExec destroyed while launches of it are pending once they complete.
+struct CudaCapturedWork : kit::CapturedWorkBase {
+  CUgraph graph = nullptr;
+  ~CudaCapturedWork();
+};
+struct CudaReplay : kit::ReplayBase {
+  CUgraphExec exec = nullptr;
+  ~CudaReplay();
+};
+
 struct Cuda : kit::VendorDefaults {
   static constexpr const char* kName = "cuda";
   static constexpr flagos_native_device_t kNativeDevice = FLAGOS_NATIVE_CUDA;
@@ -147,6 +168,8 @@ struct Cuda : kit::VendorDefaults {
   using Event = CudaEvent;
   using Module = CudaModule;
   using Function = CudaFunction;
+  using CapturedWork = CudaCapturedWork;
+  using Replay = CudaReplay;
 
   FLAGOS_HAL_KIT_RUNTIME_CALLS()
   // optional kit calls (device.cpp, memory.cpp)
@@ -155,6 +178,7 @@ struct Cuda : kit::VendorDefaults {
   static Status device_synchronize(int device);
   static Status pointer_attributes(const void* ptr, flagos_pointer_attributes_t* attr);
   FLAGOS_HAL_KIT_KERNEL_CALLS()  // the kernel extension (kit/kernels.hpp; kernels.cpp)
+  FLAGOS_HAL_KIT_CAPTURE_CALLS()  // the stream capture (kit/capture.hpp; capture.cpp)
 };
 
 using Kit = kit::Hal<Cuda>;

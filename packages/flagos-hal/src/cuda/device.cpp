@@ -25,7 +25,11 @@ const kit::ErrorMap map_cu = {
     // invalid value; an image that is invalid, for no GPU of this kind, of bad PTX or of
     // an unsupported PTX version, an invalid source, a kernel not found; a launch that
     // needs more resources than a block has
-    {FLAGOS_ERROR_INVALID_VALUE, {1, 200, 209, 218, 222, 300, 500, 701}},
+    {FLAGOS_ERROR_INVALID_VALUE, {1, 200, 209, 218, 222, 300, 500, 701,
+                                  // illegal state; stream capture: unsupported, invalidated,
+                                  // merge, unmatched, unjoined, isolation, implicit,
+                                  // captured event, wrong thread
+                                  401, 900, 901, 902, 903, 904, 905, 906, 907, 908}},
     {FLAGOS_ERROR_OUT_OF_MEMORY, {2}},
     // not initialized, deinitialized, stub library, device unavailable, no device,
     // system not ready, driver mismatch, compat not supported on device

@@ -5,6 +5,8 @@
  * HAL must follow: a current context for allocations and stream work, a stream used only
  * in its own context, an event recorded only on a stream of its context, timing-disabled
  * events refused by cuEventElapsedTime, kernels launched only in their module's context.
+ * Stream capture records a stream's copies, memsets and launches (argument values copied)
+ * into a graph; a launched graph runs them; a wait on a capturing stream is refused.
  * Its "JIT" loads PTX text and finds the `.entry` kernels it names among the host kernels
  * below (the conformance suite's vector_add and program_ids); other images are invalid.
  * FAKE_CUDA_DEVICES sets the device count (2);
@@ -28,7 +30,9 @@ enum {
 #define MAX_ALLOCS 65536
 
 typedef struct ctx { int device; } ctx_t;
-typedef struct stream { ctx_t* ctx; int priority; } stream_t;
+/* Work a capturing stream recorded: a copy, a memset or a kernel launch. */
+typedef struct op op_t;
+typedef struct stream { ctx_t* ctx; int priority; int capturing; op_t* ops; int nops; } stream_t;
 typedef struct event { ctx_t* ctx; unsigned flags; int recorded; double ms; } event_t;
 typedef struct alloc { uintptr_t base; size_t size; int device; int host; } alloc_t;
 
@@ -69,6 +73,9 @@ static CUresult stream_ctx(stream_t* s) {
   if (s && s->ctx != t_ctx) return INVALID_HANDLE;
   return OK;
 }
+enum { ILLEGAL_STATE = 401, CAPTURE_UNSUPPORTED = 900 };
+static int capturing(stream_t* s) { return s && s->capturing; }
+static void record(stream_t* s, const op_t* op);
 
 CUresult cuInit(unsigned flags) {
   (void)flags;
@@ -176,21 +183,14 @@ CUresult cuMemcpyPeer(CUdeviceptr d, ctx_t* dc, CUdeviceptr s, ctx_t* sc, size_t
   memmove((void*)(uintptr_t)d, (const void*)(uintptr_t)s, n);
   return OK;
 }
-CUresult cuMemcpyAsync(CUdeviceptr d, CUdeviceptr s, size_t n, stream_t* st) {
-  CUresult r = stream_ctx(st);
-  if (r == OK) memmove((void*)(uintptr_t)d, (const void*)(uintptr_t)s, n);
-  return r;
-}
+CUresult cuMemcpyAsync(CUdeviceptr d, CUdeviceptr s, size_t n, stream_t* st);
+CUresult cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, stream_t* st);
 CUresult cuMemsetD8_v2(CUdeviceptr p, unsigned char v, size_t n) {
   if (!t_ctx) return INVALID_CONTEXT;
   memset((void*)(uintptr_t)p, v, n);
   return OK;
 }
-CUresult cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, stream_t* st) {
-  CUresult r = stream_ctx(st);
-  if (r == OK) memset((void*)(uintptr_t)p, v, n);
-  return r;
-}
+
 static CUresult attribute(void* data, int attr, alloc_t* a) {
   switch (attr) {
     case 2: *(unsigned*)data = a->host ? 1 : 2; return OK;
@@ -219,7 +219,7 @@ CUresult cuStreamCreateWithPriority(stream_t** s, unsigned flags, int priority) 
   (void)flags;
   if (!t_ctx) return INVALID_CONTEXT;
   if (priority < -5 || priority > 0) return INVALID_VALUE; /* the HAL clamps */
-  *s = malloc(sizeof **s);
+  *s = calloc(1, sizeof **s);
   (*s)->ctx = t_ctx;
   (*s)->priority = priority;
   return OK;
@@ -230,8 +230,8 @@ CUresult cuStreamDestroy_v2(stream_t* s) {
   if (r == OK) free(s);
   return r;
 }
-CUresult cuStreamQuery(stream_t* s) { return stream_ctx(s); }
-CUresult cuStreamSynchronize(stream_t* s) { return stream_ctx(s); }
+CUresult cuStreamQuery(stream_t* s) { return capturing(s) ? CAPTURE_UNSUPPORTED : stream_ctx(s); }
+CUresult cuStreamSynchronize(stream_t* s) { return capturing(s) ? CAPTURE_UNSUPPORTED : stream_ctx(s); }
 CUresult cuStreamWaitEvent(stream_t* s, event_t* e, unsigned flags) {
   (void)flags;
   return e ? stream_ctx(s) : INVALID_HANDLE;
@@ -267,9 +267,104 @@ CUresult cuEventElapsedTime(float* ms, event_t* a, event_t* b) {
 /* ---- modules and kernels ------------------------------------------------------------ */
 enum { INVALID_IMAGE = 200, NOT_FOUND = 500 };
 typedef struct dim { unsigned x, y, z; } dim_t;
+#define MAX_PARAMS 8
 typedef void (*host_kernel_t)(dim_t grid, dim_t block, void** params);
 typedef struct func { ctx_t* ctx; const char* name; host_kernel_t run; int nparams; int shared; } func_t;
 typedef struct module { ctx_t* ctx; char* text; func_t funcs[2]; } module_t;
+
+/* ---- stream capture ---- */
+struct op {
+  enum { COPY, SET, LAUNCH } kind;
+  CUdeviceptr dst, src;
+  size_t n;
+  unsigned char value;
+  func_t* f;
+  dim_t grid, block;
+  uint64_t args[MAX_PARAMS];  /* the launch's argument values, 8 bytes each */
+};
+typedef struct graph { ctx_t* ctx; op_t* ops; int nops; } graph_t;
+
+static void record(stream_t* s, const op_t* op) {
+  s->ops = realloc(s->ops, (size_t)(s->nops + 1) * sizeof *op);
+  s->ops[s->nops++] = *op;
+}
+static void run(const op_t* op) {
+  if (op->kind == COPY) memmove((void*)(uintptr_t)op->dst, (const void*)(uintptr_t)op->src, op->n);
+  if (op->kind == SET) memset((void*)(uintptr_t)op->dst, op->value, op->n);
+  if (op->kind == LAUNCH) {
+    void* params[MAX_PARAMS];
+    uint64_t args[MAX_PARAMS];
+    memcpy(args, op->args, sizeof args);
+    for (int i = 0; i < MAX_PARAMS; ++i) params[i] = &args[i];
+    op->f->run(op->grid, op->block, params);
+  }
+}
+CUresult cuMemcpyAsync(CUdeviceptr d, CUdeviceptr s, size_t n, stream_t* st) {
+  CUresult r = stream_ctx(st);
+  if (r != OK) return r;
+  op_t op = {COPY, d, s, n, 0, NULL, {0, 0, 0}, {0, 0, 0}, {0}};
+  if (capturing(st)) record(st, &op);
+  else run(&op);
+  return OK;
+}
+CUresult cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, stream_t* st) {
+  CUresult r = stream_ctx(st);
+  if (r != OK) return r;
+  op_t op = {SET, p, 0, n, v, NULL, {0, 0, 0}, {0, 0, 0}, {0}};
+  if (capturing(st)) record(st, &op);
+  else run(&op);
+  return OK;
+}
+CUresult cuStreamBeginCapture_v2(stream_t* s, int mode) {
+  CUresult r = stream_ctx(s);
+  if (r != OK) return r;
+  if (!s || mode < 0 || mode > 2) return CAPTURE_UNSUPPORTED; /* the legacy stream cannot */
+  if (s->capturing) return ILLEGAL_STATE;
+  s->capturing = 1;
+  s->ops = NULL;
+  s->nops = 0;
+  return OK;
+}
+CUresult cuStreamEndCapture(stream_t* s, graph_t** g) {
+  CUresult r = stream_ctx(s);
+  if (r != OK) return r;
+  if (!capturing(s)) return ILLEGAL_STATE;
+  *g = malloc(sizeof **g);
+  **g = (graph_t){s->ctx, s->ops, s->nops};
+  s->capturing = 0;
+  s->ops = NULL;
+  s->nops = 0;
+  return OK;
+}
+static graph_t* copy_graph(const graph_t* g) {
+  graph_t* c = malloc(sizeof *c);
+  *c = (graph_t){g->ctx, malloc((size_t)(g->nops ? g->nops : 1) * sizeof(op_t)), g->nops};
+  if (g->nops) memcpy(c->ops, g->ops, (size_t)g->nops * sizeof(op_t));
+  return c;
+}
+CUresult cuGraphInstantiateWithFlags(graph_t** exec, graph_t* g, unsigned long long flags) {
+  if (!g || flags) return INVALID_VALUE;
+  *exec = copy_graph(g);
+  return OK;
+}
+CUresult cuGraphLaunch(graph_t* exec, stream_t* s) {
+  CUresult r = stream_ctx(s);
+  if (r != OK) return r;
+  if (!exec || exec->ctx != t_ctx) return INVALID_HANDLE;
+  for (int i = 0; i < exec->nops; ++i) {
+    if (capturing(s)) record(s, &exec->ops[i]);
+    else run(&exec->ops[i]);
+  }
+  return OK;
+}
+static CUresult free_graph(graph_t* g) {
+  if (!g) return INVALID_HANDLE;
+  free(g->ops);
+  free(g);
+  return OK;
+}
+CUresult cuGraphDestroy(graph_t* g) { return free_graph(g); }
+CUresult cuGraphExecDestroy(graph_t* exec) { return free_graph(exec); }
 
 static void vector_add(dim_t grid, dim_t block, void** params) {
   const float* a = *(const float**)params[0];
@@ -337,6 +432,13 @@ CUresult cuLaunchKernel(func_t* f, unsigned gx, unsigned gy, unsigned gz, unsign
   if (!gx || !gy || !gz || !bx || !by || !bz || (int)shared > (f->shared > 49152 ? f->shared : 49152)) {
     return INVALID_VALUE;
   }
+  if (capturing(s)) {
+    op_t op = {LAUNCH, 0, 0, 0, 0, f, {gx, gy, gz}, {bx, by, bz}, {0}};
+    for (int i = 0; i < f->nparams && i < MAX_PARAMS; ++i) memcpy(&op.args[i], params[i], 8);
+    record(s, &op);
+    return OK;
+  }
   f->run((dim_t){gx, gy, gz}, (dim_t){bx, by, bz}, params);
   return OK;
 }
+
