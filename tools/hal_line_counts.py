@@ -28,14 +28,18 @@ SOURCES = [
     ("`cuda` HAL", "on the CUDA driver API ([cuda.md](cuda.md))", "src/cuda", ()),
     ("`sim` HAL", ("a simulated device ([sim.md](sim.md)): an arena allocator, a worker "
                    "thread per stream"), "src/sim",
-     ("graph.cpp", "plan.hpp", "plan_kernels.cpp", "kernels.cpp")),
+     ("graph.cpp", "plan.hpp", "plan_kernels.cpp", "kernels.cpp", "capture.cpp")),
     ("`sim` graph runtime", ("the optional graph runtime of the sim ([graph.md](graph.md)): "
                              "plans of its own kernels"), "src/sim",
-     ("device.cpp", "memory.cpp", "sim.hpp", "stream.cpp", "kernels.cpp")),
+     ("device.cpp", "memory.cpp", "sim.hpp", "stream.cpp", "kernels.cpp", "capture.cpp")),
     ("`sim` kernel extension", ("the optional kernel extension of the sim ([kernels.md](kernels.md)): "
                                 "host libraries of C kernels"), "src/sim",
      ("device.cpp", "memory.cpp", "sim.hpp", "stream.cpp", "graph.cpp", "plan.hpp",
-      "plan_kernels.cpp")),
+      "plan_kernels.cpp", "capture.cpp")),
+    ("`sim` stream capture", ("the optional stream capture of the sim ([capture.md](capture.md)): "
+                              "its stream tasks recorded and replayed"), "src/sim",
+     ("device.cpp", "memory.cpp", "sim.hpp", "stream.cpp", "graph.cpp", "plan.hpp",
+      "plan_kernels.cpp", "kernels.cpp")),
     ("new-vendor scaffold", "what `python -m flagos_hal new-vendor` writes", "src/scaffold", ()),
     ("the kit", "shared by all of them, written once (`include/flagos_hal/kit/`)",
      "include/flagos_hal/kit", ()),
