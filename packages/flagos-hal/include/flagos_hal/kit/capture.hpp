@@ -107,8 +107,10 @@ struct CaptureRuntime {
     auto work = std::make_shared<CapturedWork>();
     work->device = s->device;
     FLAGOS_KIT_TRY(H::enter_device(s->device));
-    Status st = V::stream_end_capture(*s, *work);
+    // Not capturing from here on, before the vendor takes the recording: work queued by
+    // another thread meanwhile runs, rather than landing in a recording no capture holds.
     int was = s->capture_state.exchange(Stream::kNotCapturing);
+    Status st = V::stream_end_capture(*s, *work);
     if (was == Stream::kInvalidated) {
       const char* by = s->capture_invalidated_by.load();
       return fail(FLAGOS_ERROR_INVALID_VALUE,
