@@ -16,6 +16,8 @@ if [[ -d .whl ]]; then
   export PYTHONPATH=/tmp/site
 fi
 step() { echo "=== $1 ($(date +%T))"; }
+# The command the suite's table names: the outermost call's (steps call this script again).
+export SUITE_COMMAND=${SUITE_COMMAND:-tools/gpu_check.sh $*}
 KERNEL_CACHE=/tmp/kernel-cache
 if [[ ! -d $KERNEL_CACHE ]]; then
   mkdir -p $KERNEL_CACHE/triton $KERNEL_CACHE/flaggems
@@ -77,7 +79,7 @@ for s in "$@"; do
       ( WARM_TIMEOUT=${WARM_BUDGET:-200} "$0" warm > "$OUT/warm.log" 2>&1 ) & warm=$!
       left=$(( ${SUITE_BUDGET:-570} - ($(date +%s) - t0) ))
       echo "suite: ${left} s left after the build"
-      SUITE_REPORT=0 SUITE_FOLDERS="hal core boxing native quant distributed compile" \
+      SUITE_REPORT=0 SUITE_EXCEPT="gems integration" \
         SUITE_TIMEOUT=$(( left - 25 )) nice -n 5 "$0" tests &
       wait $warm; tail -4 "$OUT/warm.log"
       left=$(( ${SUITE_BUDGET:-570} - ($(date +%s) - t0) ))
@@ -108,7 +110,7 @@ for s in "$@"; do
              --memory host --only gems --jobs 1 --json "$OUT/warm-routes.json" 2>&1 | tail -8 ;;
     report) step report; python3 tools/suite_report.py --junit-dir /tmp/cuda-suite --hal cuda \
         --machine "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" \
-        --command "${SUITE_COMMAND:-tools/gpu_check.sh suite}" --json "$OUT/cuda-suite.json" | tee "$OUT/cuda-suite.log"
+        --command "$SUITE_COMMAND" --json "$OUT/cuda-suite.json" | tee "$OUT/cuda-suite.log"
       tar czf "$OUT/cuda-suite.tgz" -C /tmp/cuda-suite . ;;
     # The cuda suite: every test folder on the cuda HAL (one pytest each, as the noxfile
     # runs them), SUITE_JOBS folders at a time, each within SUITE_TIMEOUT s; JUnit files and
@@ -128,12 +130,16 @@ for s in "$@"; do
           --junitxml=$J/$n.xml "$f" > $J/$n.log 2>&1
         echo $? > $J/$n.rc; echo "$n: exit $(cat $J/$n.rc), $(tail -1 $J/$n.log)"
       }
-      folders=(packages/*/tests integration_tests); running=0
-      if [[ -n ${SUITE_FOLDERS:-} ]]; then  # short names: core, gems, integration, ...
-        folders=(); for n in $SUITE_FOLDERS; do
-          [[ $n == integration ]] && folders+=(integration_tests) || folders+=(packages/flagos*-$n/tests)
-        done
-      fi
+      # SUITE_FOLDERS: only these, SUITE_EXCEPT: all but these (short names: core, gems,
+      # integration, ...)
+      short() { [[ $1 == integration_tests ]] && echo integration || basename "$(dirname "$1")" | sed 's/.*-//'; }
+      folders=(); running=0
+      for f in packages/*/tests integration_tests; do
+        n=$(short "$f")
+        [[ -z ${SUITE_FOLDERS:-} || " $SUITE_FOLDERS " == *" $n "* ]] || continue
+        [[ " ${SUITE_EXCEPT:-} " == *" $n "* ]] && continue
+        folders+=("$f")
+      done
       for f in "${folders[@]}"; do
         run_folder "$f" & running=$((running + 1))
         if (( running >= ${SUITE_JOBS:-9} )); then wait -n; running=$((running - 1)); fi

@@ -136,6 +136,7 @@ struct StreamBase {
   // For a call that may not meet a capturing stream: invalidates the capture and returns
   // INVALID_VALUE naming `call`; SUCCESS when the stream does not capture.
   Status refuse_while_capturing(const char* call) {
+    if (!capturing()) return FLAGOS_SUCCESS;  // a load, not a read-modify-write, when idle
     int state = kCapturing;
     if (capture_state.compare_exchange_strong(state, kInvalidated)) {
       capture_invalidated_by.store(call);
