@@ -16,6 +16,8 @@ if [[ -d .whl ]]; then
   export PYTHONPATH=/tmp/site
 fi
 step() { echo "=== $1 ($(date +%T))"; }
+# The commit the result tables name (FLAGOS_COMMIT: the copied tree's git may be older).
+[[ -n ${FLAGOS_COMMIT:-} ]] && export FLAGOS_BENCH_COMMIT=${FLAGOS_BENCH_COMMIT:-$FLAGOS_COMMIT}
 # The command the suite's table names: the outermost call's (steps call this script again).
 export SUITE_COMMAND=${SUITE_COMMAND:-tools/gpu_check.sh $*}
 KERNEL_CACHE=/tmp/kernel-cache
@@ -61,7 +63,9 @@ for s in "$@"; do
              --json "$OUT/memory-soak-cuda.json" 2>&1 | tee -a "$OUT/faults.log" | tail -3 ;;
     conformance) step conformance; python3 -m flagos_hal.conformance --hal cuda 2>&1 | tee "$OUT/conformance.log" | tail -8 ;;
     demo) step demo; FLAGOS_HAL=cuda timeout 300 python3 -m flagos.demo 2>&1 | tee "$OUT/demo.log" | tail -30 ;;
-    bench) step bench; FLAGOS_HAL=cuda timeout 400 python3 -m flagos.bench 2>&1 | tee "$OUT/bench.log" ;;
+    # The benchmarks page's cuda table (docs/bench/results/cuda-nvidia-h200/flagos-bench.json).
+    bench) step bench; FLAGOS_HAL=cuda timeout ${BENCH_TIMEOUT:-400} python3 -m flagos.bench --only ops,layers,model \
+             --routes boxing --json "$OUT/flagos-bench.json" 2>&1 | tee "$OUT/bench.log" ;;
     model) step model; FLAGOS_HAL=cuda timeout 150 python3 -m flagos.bench --only model 2>&1 | tee "$OUT/model.log" ;;
     sweep) step sweep; FLAGOS_HAL=cuda timeout 420 python3 integration_tests/opinfo_sweep.py --route boxing \
              --max-samples 3 --jobs 14 --json "$OUT/sweep-cuda.json" > "$OUT/sweep.log" 2>&1; tail -40 "$OUT/sweep.log" ;;
@@ -72,7 +76,9 @@ for s in "$@"; do
     # while the seven folders that do not use FlagGems run; then the gems and integration
     # folders on the filled caches, with what is left of SUITE_BUDGET s (default 570); the
     # fault sweep beside it all; the kernel caches go back for the next machine.
-    # FLAGOS_COMMIT names the commit in the tables (no .git there).
+    # FLAGOS_COMMIT names the commit in the tables (no .git there). SUITE_DEFER="integration"
+    # leaves that folder to a next call on the warm machine (SUITE_APPEND=1
+    # SUITE_FOLDERS=integration tools/gpu_check.sh tests), which adds it to the table.
     suite) step suite; t0=$(date +%s)
       "$0" build
       ( FAULT_FIRST=${FAULT_FIRST:-3} "$0" cuda-faults > /tmp/cuda-faults.out 2>&1 ) &
@@ -84,7 +90,8 @@ for s in "$@"; do
       wait $warm; tail -4 "$OUT/warm.log"
       left=$(( ${SUITE_BUDGET:-570} - ($(date +%s) - t0) ))
       echo "suite: ${left} s left after the warm-up"
-      SUITE_REPORT=0 SUITE_APPEND=1 SUITE_FOLDERS="gems integration" SUITE_TIMEOUT=$(( left - 25 )) \
+      late=" gems integration "; for d in ${SUITE_DEFER:-}; do late=${late/ $d / }; done
+      SUITE_REPORT=0 SUITE_APPEND=1 SUITE_FOLDERS="$late" SUITE_TIMEOUT=$(( left - 25 )) \
         SUITE_XDIST=${SUITE_XDIST:-6} "$0" tests
       wait; tail -14 /tmp/cuda-faults.out
       "$0" report kernel-cache

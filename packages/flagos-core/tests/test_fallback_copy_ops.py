@@ -29,3 +29,31 @@ print("ok")
 def test_copies_routed_to_the_cpu_fallback_on_opaque_memory(run_python):
     r = run_python(CODE, env={"FLAGOS_NO_TWIN": "1"}, check=False)
     assert r.returncode == 0 and "ok" in r.stdout, (r.returncode, r.stderr[-3000:])
+
+
+# A call that names another device for its result leaves flagos: on every route and memory
+# kind it takes the op's composite kernel. Routed, the sim's CPU twin served x.cpu() and
+# its CPU result came back as a flagos tensor.
+LEAVING = """
+import torch, flagos
+from flagos.provider_api import route_ops_as_themselves
+route_ops_as_themselves(["aten::_to_copy", "aten::zeros_like", "aten::full_like"])
+x = torch.randn(4, 5)
+y = x.to("flagos")
+for routes in ({}, {"default": ["cpu"]}):
+    with flagos.routing.override(routes):
+        for leaving in (y.cpu(), y.to("cpu", torch.float64), torch.zeros_like(y, device="cpu"),
+                        torch.full_like(y, 2.0, device="cpu")):
+            assert leaving.device.type == "cpu", (routes, leaving.device)
+        assert torch.equal(y.cpu(), x) and torch.equal(y.double().cpu(), x.double())
+        staying = (y.double(), torch.zeros_like(y), torch.full_like(y, 2.0, device="flagos"))
+        assert all(t.device.type == "flagos" for t in staying), routes
+        assert torch.equal(staying[2].cpu(), torch.full_like(x, 2.0))
+print("ok")
+"""
+
+
+def test_calls_leaving_flagos_take_the_composite_kernel(run_python):
+    for env in ({}, {"FLAGOS_NO_TWIN": "1"}):
+        r = run_python(LEAVING, env=env, check=False)
+        assert r.returncode == 0 and "ok" in r.stdout, (env, r.returncode, r.stderr[-3000:])
