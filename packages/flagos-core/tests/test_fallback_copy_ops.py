@@ -31,13 +31,13 @@ def test_copies_routed_to_the_cpu_fallback_on_opaque_memory(run_python):
     assert r.returncode == 0 and "ok" in r.stdout, (r.returncode, r.stderr[-3000:])
 
 
-# A call that names another device for its result leaves flagos: on every route and memory
-# kind it takes the op's composite kernel. Routed, the sim's CPU twin served x.cpu() and
-# its CPU result came back as a flagos tensor.
+# A call that moves data between flagos and another device leaves the routes: on every
+# route and memory kind it takes the op's composite kernel (the runtime's own copies).
+# Routed, the sim's CPU twin served x.cpu() and its CPU result came back as a flagos tensor.
 LEAVING = """
 import torch, flagos
 from flagos.provider_api import route_ops_as_themselves
-route_ops_as_themselves(["aten::_to_copy", "aten::zeros_like", "aten::full_like"])
+route_ops_as_themselves(["aten::_to_copy", "aten::zeros_like", "aten::full_like", "aten::copy_"])
 x = torch.randn(4, 5)
 y = x.to("flagos")
 for routes in ({}, {"default": ["cpu"]}):
@@ -49,6 +49,15 @@ for routes in ({}, {"default": ["cpu"]}):
         staying = (y.double(), torch.zeros_like(y), torch.full_like(y, 2.0, device="flagos"))
         assert all(t.device.type == "flagos" for t in staying), routes
         assert torch.equal(staying[2].cpu(), torch.full_like(x, 2.0))
+        flagos.routing.reset_stats()
+        host = torch.empty(4, 5)
+        host.copy_(y)
+        d = torch.empty(4, 5, device="flagos").copy_(x + 1)
+        assert torch.equal(host, x) and torch.equal(d.cpu(), x + 1)
+        assert "aten::copy_" not in flagos.routing.stats(), routes
+        d.copy_(y)  # on the device: down the route
+        assert flagos.routing.stats()["aten::copy_"], routes
+        assert torch.equal(d.cpu(), x)
 print("ok")
 """
 

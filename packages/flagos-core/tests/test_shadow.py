@@ -210,7 +210,10 @@ def test_every_op_of_a_training_step(device0) -> None:
     checked = [(op, p) for op, p, r in rows if "shadowed" in r]
     assert len(checked) > 20
     assert not [(op, p, r["last_error"]) for op, p, r in rows if r.get("mismatches")]
-    assert all("shadowed" in r for op, p, r in rows if r["calls"]), "an op was not checked"
+    # The checks convert dtypes on flagos themselves (aten::_to_copy): counted, not checked.
+    unchecked = [(op, p) for op, p, r in rows
+                 if r["calls"] and "shadowed" not in r and op != "aten::_to_copy"]
+    assert not unchecked, f"ops not checked: {unchecked}"
     assert not [(op, p, r["last_unchecked"]) for op, p, r in rows if r.get("unchecked")]
 
 

@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 
 #include "router/dispatcher.h"
 
@@ -11,16 +12,33 @@ namespace flagos {
 
 namespace {
 
-// Where the call's result lives: the value of a "device" argument when the call names a
-// device other than flagos (x.to("cpu") is _to_copy(x, device=cpu), zeros_like(x,
-// device="cpu")). Such a call leaves the flagos device, which no provider's kernel of the
-// op does: it takes the op's composite kernel, as without this registration.
+// A call that moves data between its flagos device and another device: a "device"
+// argument naming another device for the result (x.cpu() is _to_copy(x, device=cpu);
+// a.to("flagos:1")), or a tensor argument on another device that is more than a 0-dim
+// scalar (copy_ from or into the host). No provider's kernel of the op does that; such a
+// call takes the op's composite kernel, as without this registration, and with it the
+// runtime's own copies (non-blocking, stream-ordered, between devices).
 bool leaves_flagos(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
   const auto& args = op.schema().arguments();
+  size_t base = stack.size() - args.size();
+  std::optional<c10::Device> home;  // the device of the call's first flagos tensor
+  for (size_t i = 0; i < args.size() && !home; ++i) {
+    const auto& v = stack[base + i];
+    if (v.isTensor() && v.toTensor().defined() &&
+        v.toTensor().device().type() == c10::DeviceType::PrivateUse1)
+      home = v.toTensor().device();
+  }
+  auto elsewhere = [&](c10::Device d) {
+    return d.type() != c10::DeviceType::PrivateUse1 ||
+           (home && d.has_index() && d.index() != home->index());
+  };
   for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i].name() != "device") continue;
-    const auto& v = stack[stack.size() - args.size() + i];
-    return v.isDevice() && v.toDevice().type() != c10::DeviceType::PrivateUse1;
+    const auto& v = stack[base + i];
+    if (v.isDevice() && elsewhere(v.toDevice())) return true;
+    if (v.isTensor()) {
+      const auto& t = v.toTensor();
+      if (t.defined() && t.dim() > 0 && elsewhere(t.device())) return true;
+    }
   }
   return false;
 }
@@ -33,12 +51,6 @@ void run_routed_on_flagos(const c10::OperatorHandle& op, c10::DispatchKeySet key
           ? c10::DispatchKey::CompositeExplicitAutograd
           : c10::DispatchKey::CompositeExplicitAutogradNonFunctional,
       *stack);
-}
-
-bool has_device_argument(const c10::FunctionSchema& schema) {
-  for (const auto& a : schema.arguments())
-    if (a.name() == "device") return true;
-  return false;
 }
 
 }  // namespace
@@ -68,10 +80,8 @@ std::vector<std::string> route_ops_as_themselves(const std::vector<std::string>&
       libraries->push_back(std::make_unique<torch::Library>(
           torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__));
     }
-    libraries->back()->impl(
-        key.c_str(), has_device_argument(op->schema())
-                         ? torch::CppFunction::makeFromBoxedFunction<&run_routed_on_flagos>()
-                         : torch::CppFunction::makeFromBoxedFunction<&run_routed>());
+    libraries->back()->impl(key.c_str(),
+                            torch::CppFunction::makeFromBoxedFunction<&run_routed_on_flagos>());
     note_routed_kernel_op(key);
     registered.push_back(full);
   }

@@ -7,8 +7,8 @@
 // needs the op to arrive as what it is. route_ops_as_themselves registers the routed fallback as the
 // PrivateUse1 kernel of such ops, so that they go down their own route, whichever provider
 // it names (the twin and the CPU fallback serve the functional form as well). A call that
-// names another device for its result (x.cpu() is _to_copy(x, device=cpu)) still takes the
-// composite kernel: the routes serve ops whose results stay on flagos.
+// moves data to or from another device (x.cpu() is _to_copy(x, device=cpu); copy_ from the
+// host) still takes the composite kernel: the routes serve ops on flagos memory.
 //
 // The hot ops with a fast kernel (fast_kernels.cpp) are not registered again: their fast
 // kernel sends the op down its own route when that route starts with a foreign provider.
