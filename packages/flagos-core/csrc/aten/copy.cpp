@@ -13,6 +13,7 @@
 
 #include "aten/alias.h"
 #include "aten/copy.h"
+#include "runtime/device_activity.h"
 #include "runtime/hal_raise.h"
 #include "runtime/host_allocator.h"
 #include "runtime/stream.h"
@@ -37,7 +38,15 @@ void hal_copy(c10::DeviceIndex device, void* dst, const void* src, size_t bytes,
   const auto& hal = hal_of(device);
   auto stream = current_stream(device);
   flagos_stream_t hs = hal_stream(stream);
-  FLAGOS_HAL_CHECK(hal, hal.memcpy_async(dst, src, bytes, kind, hs));
+  {
+    static const std::string names[] = {"Memcpy HtoD", "Memcpy DtoH", "Memcpy DtoD"};
+    device_activity::Scope span(device_activity::Kind::Memcpy,
+                                names[kind == FLAGOS_MEMCPY_HOST_TO_DEVICE   ? 0
+                                      : kind == FLAGOS_MEMCPY_DEVICE_TO_HOST ? 1
+                                                                             : 2],
+                                nullptr, device, bytes);
+    FLAGOS_HAL_CHECK(hal, hal.memcpy_async(dst, src, bytes, kind, hs));
+  }
   if (kind == FLAGOS_MEMCPY_DEVICE_TO_DEVICE) return;  // stream-ordered like any device work
   if (non_blocking && pinned_host) {
     record_pinned_use(pinned_host, stream);

@@ -20,6 +20,7 @@
 #include "aten/alias.h"
 #include "aten/copy.h"
 #include "runtime/allocator.h"
+#include "runtime/device_activity.h"
 #include "runtime/resize.h"
 #include "runtime/stream.h"
 
@@ -160,6 +161,9 @@ at::Tensor& zero_(at::Tensor& self) {
     const auto& hal = hal_of(device);
     auto [lo, hi] = byte_span(self);
     char* base = static_cast<char*>(self.storage().mutable_data()) + lo;
+    static const std::string memset_name = "Memset";
+    device_activity::Scope span(device_activity::Kind::Memset, memset_name, nullptr, device,
+                                hi - lo);
     FLAGOS_HAL_CHECK(hal, hal.memset_async(base, 0, hi - lo,
                                            hal_stream(current_stream(device))));
     return self;

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <unordered_map>
 
@@ -16,6 +17,7 @@
 #include "engines/python/python_engine.h"
 #include "engines/twin/twin_engine.h"
 #include "router/op_clock.h"
+#include "runtime/device_activity.h"
 #include "runtime/hal.h"
 
 namespace flagos {
@@ -221,9 +223,15 @@ bool run_provider(const Provider& p, const c10::OperatorHandle& op, torch::jit::
   return false;
 }
 
-// One provider's attempt at a call, timed and counted under `c` (a call or a decline).
+// One provider's attempt at a call, timed and counted under `c` (a call or a decline);
+// while a profiler records device activity, a span on the device's timeline too.
 bool run_counted(const Provider& p, Counters* c, const c10::OperatorHandle& op,
                  torch::jit::Stack* stack, c10::DeviceIndex device) {
+  std::optional<device_activity::Scope> span;
+  if (C10_UNLIKELY(device_activity::recording())) {
+    span.emplace(device_activity::Kind::Op, c10::toString(op.operator_name()), p.name.c_str(),
+                 device);
+  }
   uint64_t t0 = op_clock::now();
   bool accepted = run_provider(p, op, stack, device);
   if (accepted) record_call(c, op_clock::now() - t0);
@@ -306,6 +314,10 @@ std::optional<TwinRoute> twin_route(OpState& st, c10::DeviceIndex device) {
 
 bool route_starts_foreign(OpState& st, c10::DeviceIndex device) {
   return current_route(st, device)->foreign_first;
+}
+
+const char* provider_name(const void* provider) {
+  return static_cast<const Provider*>(provider)->name.c_str();
 }
 
 void record_call(RouteCounters* counters, uint64_t ticks) {

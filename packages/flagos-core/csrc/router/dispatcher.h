@@ -102,6 +102,8 @@ struct TwinRoute {
 struct OpState;
 OpState& routing_state(const c10::OperatorHandle& op);
 std::optional<TwinRoute> twin_route(OpState& st, c10::DeviceIndex device);
+// The name of the provider a TwinRoute starts with (for profiler spans).
+const char* provider_name(const void* provider);
 // Whether the route of `op` on `device` starts with a FOREIGN provider (after any
 // wrappers): a hot op's fast
 // kernel then sends the op itself down its route (the foreign library serves the functional

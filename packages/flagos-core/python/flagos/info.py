@@ -51,6 +51,7 @@ def collect() -> dict[str, Any]:
         "built_with_torch": _torch_support.built_with(),
         "torch_warnings": _torch_support.support_warnings(torch.__version__),
         "allocator": "passthrough" if _C._allocator_passthrough() else "caching",
+        "profiler_device_activity": _C._profiler_device_activity(),
         "hals": _C._hal_info(), "devices": devices, "providers": providers,
         "routing": {"version": routing.version(), "rules": _routing_rules(),
                     "aten::mm": chains},
@@ -68,6 +69,10 @@ def format_info(info: dict[str, Any]) -> str:
     if info["built_with_torch"]:
         out.append(f"  (flagos-core compiled against torch {info['built_with_torch']})")
     out += [f"  warning: {w}" for w in info["torch_warnings"]]
+    out.append("  torch.profiler: " + (
+        "device activity recorded (ProfilerActivity.PrivateUse1)"
+        if info.get("profiler_device_activity") else
+        "CPU timeline only (this torch has no PrivateUse1 profiler registry; 2.13 has it)"))
     out += ["", "HALs:"]
     for i, h in enumerate(info["hals"]):
         out.append(f"  [{i}] {h['name']} {h['version']} (ABI {h['abi_version']}), "

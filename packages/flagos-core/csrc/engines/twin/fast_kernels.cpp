@@ -21,12 +21,14 @@
 #include <ATen/core/boxing/impl/boxing.h>
 #include <torch/library.h>
 
+#include <optional>
 #include <tuple>
 #include <type_traits>
 
 #include "aten/alias.h"
 #include "engines/twin/twin_call.h"
 #include "router/dispatcher.h"
+#include "runtime/device_activity.h"
 #include "router/op_clock.h"
 #include "runtime/stream.h"
 
@@ -193,6 +195,11 @@ struct FastKernel<Op, Composite, OutOp, OnDeviceTwin, Ret(Args...)> {
             c10::BoxedKernel::makeFromFunction<&run_routed>(), op, keys,
             std::forward<Args>(args)...);
       }
+    }
+    std::optional<device_activity::Scope> span;
+    if (C10_UNLIKELY(device_activity::recording())) {
+      span.emplace(device_activity::Kind::Op, c10::toString(op.operator_name()),
+                   provider_name(route->provider), *device);
     }
     uint64_t start = op_clock::now();
     TwinCall twin_call(*device, route->twin, &op);
