@@ -155,7 +155,8 @@ def summary(machines: dict[str, list[dict]]) -> list[str]:
                     "<= 1.1", "ops")
     for bench, what in (("model", "TinyLlama training throughput, flagos / native"),
                         ("gems-model", ("TinyLlama training throughput, gems route / "
-                                       "native CUDA with FlagGems"))):
+                                       "native CUDA with FlagGems")),
+                        ("qwen-image", "Qwen-Image 2.1 denoising step, flagos / native")):
         for machine, t in _tables(machines, bench):
             for v in _column(t, "throughput ratio"):
                 add(what, machine, v, ">= 0.98", bench)

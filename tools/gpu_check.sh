@@ -4,7 +4,7 @@
 # (tools/fetch_gpu_wheels.sh fetches them; name .whl in the run's carry).
 # Usage: tools/gpu_check.sh STEP...   steps: build conformance demo bench model sweep suite tests
 #        report warm kernel-cache routes
-#        cuda-faults nox compile dist profile gems gems-tests gems-bench gems-model gems-sweep zoo zoo-gems native
+#        cuda-faults nox compile dist profile gems gems-tests gems-bench gems-model gems-sweep zoo zoo-gems native qwen-image
 #        tune tune-tests quant quant-sweep mxfp4 faults
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -63,6 +63,8 @@ for s in "$@"; do
              --json "$OUT/memory-soak-cuda.json" 2>&1 | tee -a "$OUT/faults.log" | tail -3 ;;
     conformance) step conformance; python3 -m flagos_hal.conformance --hal cuda 2>&1 | tee "$OUT/conformance.log" | tail -8 ;;
     demo) step demo; FLAGOS_HAL=cuda timeout 300 python3 -m flagos.demo 2>&1 | tee "$OUT/demo.log" | tail -30 ;;
+    qwen-image) step qwen-image; FLAGOS_HAL=cuda timeout ${QWEN_TIMEOUT:-300} python3 integration_tests/models/qwen_image_bench.py \
+             --json "$OUT/qwen-image.json" 2>&1 | tee "$OUT/qwen-image.log" | tail -8 ;;
     # The benchmarks page's cuda table (docs/bench/results/cuda-nvidia-h200/flagos-bench.json).
     bench) step bench; FLAGOS_HAL=cuda timeout ${BENCH_TIMEOUT:-400} python3 -m flagos.bench --only ops,layers,model \
              --routes boxing --json "$OUT/flagos-bench.json" 2>&1 | tee "$OUT/bench.log" ;;
