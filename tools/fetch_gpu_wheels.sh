@@ -5,6 +5,33 @@
 # .whl/ is ignored by git (add '/.whl/' to .git/info/exclude) and travels with `carry`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+download() {
+  python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux2014_x86_64 "$@"
+}
+# --newest: into .whl-newest/ instead, the newest releases the noxfile's ranges allow of
+# transformers, accelerate and compressed-tensors, and what they need that the GPU machine
+# lacks or has too old (huggingface-hub 2, kernels, pydantic, ...); tools/gpu_check.sh
+# newest puts them before the machine's own packages.
+if [[ ${1:-} == --newest ]]; then
+  grep -qx '/.whl-newest/' .git/info/exclude 2>/dev/null || echo '/.whl-newest/' >> .git/info/exclude
+  ranges=$(python3 -c "import ast
+v = {}
+for n in ast.parse(open('noxfile.py').read()).body:
+    if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name):
+        try:
+            v[n.targets[0].id] = ast.literal_eval(n.value)
+        except ValueError:
+            pass
+print(' '.join(s for s in [*v['MODEL_ZOO'], v['COMPRESSED_TENSORS']] if not s.startswith('diffusers')))")
+  # shellcheck disable=SC2086
+  download --no-deps -d .whl-newest $ranges "huggingface-hub>=2.4,<3" "kernels>=0.19.1,<0.20" \
+    tomlkit pydantic==2.14.4 pydantic-core==2.50.5 annotated-types typing-inspection loguru \
+    "regex>=2025.10.22" httpx2 httpcore2 anyio truststore h11 "typing-extensions>=4.16"
+  ls .whl-newest
+  exit 0
+fi
 grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude
 python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \

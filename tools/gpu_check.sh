@@ -5,6 +5,7 @@
 # Usage: tools/gpu_check.sh STEP...   steps: build conformance demo bench model sweep suite tests
 #        report warm kernel-cache routes
 #        cuda-faults nox compile dist profile gems gems-tests gems-bench gems-model gems-sweep zoo zoo-gems native qwen-image
+#        newest
 #        tune tune-tests quant quant-sweep mxfp4 faults
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -65,6 +66,29 @@ for s in "$@"; do
     demo) step demo; FLAGOS_HAL=cuda timeout 300 python3 -m flagos.demo 2>&1 | tee "$OUT/demo.log" | tail -30 ;;
     qwen-image) step qwen-image; FLAGOS_HAL=cuda timeout ${QWEN_TIMEOUT:-300} python3 integration_tests/models/qwen_image_bench.py \
              --json "$OUT/qwen-image.json" 2>&1 | tee "$OUT/qwen-image.log" | tail -8 ;;
+    # The newest releases of the libraries flagos integrates with (docs/compat.md), carried
+    # in .whl-newest/ (tools/fetch_gpu_wheels.sh --newest) and put before the machine's own
+    # for these folders only: the quantized checkpoints, the model zoo, the training steps.
+    newest) step newest; J=/tmp/newest; rm -rf $J; mkdir -p $J
+      [[ -f /tmp/site-newest/.installed ]] || { python3 -m pip install -q --no-index --no-deps \
+        --no-compile --target /tmp/site-newest .whl-newest/*.whl && touch /tmp/site-newest/.installed; }
+      libs=$(PYTHONPATH=/tmp/site-newest:${PYTHONPATH:-} python3 -c "import importlib.metadata as m
+print(', '.join(f'{d} {m.version(d)}' for d in ('transformers', 'diffusers', 'accelerate', 'kernels',
+      'huggingface_hub', 'safetensors', 'compressed-tensors', 'flag-gems')))")
+      echo "libraries: $libs"
+      for f in packages/flagos-quant/tests integration_tests/models integration_tests/test_model.py; do
+        n=$(echo "$f" | tr '/' '-' | sed 's/-tests$//; s/\.py$//')
+        ( FLAGOS_HAL=cuda FLAGOS_TEST_HW=cuda HF_HUB_OFFLINE=1 PYTHONPATH="/tmp/site-newest:$PWD/tools/pytest_plugins:${PYTHONPATH:-}" \
+          timeout -k 10 ${NEWEST_TIMEOUT:-400} python3 -X faulthandler -m pytest -v -p no:cacheprovider -p flagos_instafail \
+          -n ${SUITE_XDIST:-4} --junitxml=$J/$n.xml "$f" > $J/$n.log 2>&1; echo $? > $J/$n.rc
+          echo "$n: exit $(cat $J/$n.rc), $(tail -1 $J/$n.log)" ) &
+      done
+      wait
+      python3 tools/suite_report.py --junit-dir $J --hal cuda --benchmark cuda-newest-libraries \
+        --title "The newest library releases on the cuda HAL: quantized checkpoints, model zoo, training steps" \
+        --note "Libraries: $libs." --machine "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" \
+        --command "tools/gpu_check.sh newest" --json "$OUT/cuda-newest-libraries.json" | tee "$OUT/newest.log"
+      tar czf "$OUT/newest.tgz" -C $J . ;;
     # The benchmarks page's cuda table (docs/bench/results/cuda-nvidia-h200/flagos-bench.json).
     bench) step bench; FLAGOS_HAL=cuda timeout ${BENCH_TIMEOUT:-400} python3 -m flagos.bench --only ops,layers,model \
              --routes boxing --json "$OUT/flagos-bench.json" 2>&1 | tee "$OUT/bench.log" ;;

@@ -78,7 +78,8 @@ def torch_version() -> str:
     return torch.__version__
 
 
-def report(junit_dir: Path, hal: str, command: str, machine: str) -> dict:
+def report(junit_dir: Path, hal: str, command: str, machine: str, benchmark: str = "",
+           title: str = "", extra_notes: list[str] | None = None) -> dict:
     folders = {}
     for rc_file in sorted(junit_dir.glob("*.rc")):
         text = rc_file.read_text().strip()
@@ -97,9 +98,11 @@ def report(junit_dir: Path, hal: str, command: str, machine: str) -> dict:
     notes = [f"{total['passed']} passed, {total['failed']} failed, {total['errors']} errors, "
              f"{total['skipped']} skipped; {len(crashed)} folder(s) crashed or ran out of time"
              + (f": {', '.join(crashed)}" if crashed else "") + "."]
+    notes += extra_notes or []
     notes += [f"Skipped {n}x: {why}" for why, n in reasons.most_common(12)]
-    return {"benchmark": f"{hal}-suite", "title": f"The test suite on the {hal} HAL, one pytest "
-            "per test folder", "machine": machine, "torch": torch_version(), "commit": commit(),
+    return {"benchmark": benchmark or f"{hal}-suite",
+            "title": title or f"The test suite on the {hal} HAL, one pytest per test folder",
+            "machine": machine, "torch": torch_version(), "commit": commit(),
             "command": command,
             "columns": ["folder", "passed", "failed", "errors", "skipped", "seconds", "result"],
             "rows": rows, "notes": notes, "folders": folders}
@@ -112,8 +115,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--command", default="tools/gpu_check.sh build native tests")
     ap.add_argument("--machine", default="")
     ap.add_argument("--json", type=Path, help="write the table here")
+    ap.add_argument("--benchmark", default="", help="the table's name (default: HAL-suite)")
+    ap.add_argument("--title", default="", help="the table's title")
+    ap.add_argument("--note", action="append", default=[], help="a note under the table")
     args = ap.parse_args(argv)
-    doc = report(args.junit_dir, args.hal, args.command, args.machine)
+    doc = report(args.junit_dir, args.hal, args.command, args.machine, args.benchmark,
+                 args.title, args.note)
     for row in doc["rows"]:
         print("  ".join(str(c) for c in row))
     print(doc["notes"][0])
