@@ -12,18 +12,6 @@ os.environ["FLAGOS_HAL"] = "sim"  # simk's HAL, also in a run for another HAL (t
 import flagos
 import pytest
 
-# test_ops_as_themselves.py runs these tests again with the ops named here routed as
-# themselves, as an installed FlagGems has them (flagos_ops_gems registers every op it
-# serves, for every route): then sin arrives as aten::sin, embedding whole.
-AS_THEMSELVES = "FLAGOS_TEST_ROUTE_AS_THEMSELVES"
-
-
-def pytest_sessionstart(session):
-    if os.environ.get(AS_THEMSELVES):
-        from flagos.provider_api import route_ops_as_themselves
-
-        route_ops_as_themselves(os.environ[AS_THEMSELVES].split(","))
-
 
 @pytest.fixture(autouse=True)
 def _restore_routes():
