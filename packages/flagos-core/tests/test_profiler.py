@@ -1,6 +1,6 @@
 """Device activity in torch.profiler: routed ops, HAL copies and memsets on a device
 timeline, timed by HAL events, linked to the CPU ops that issued them, with the provider
-that served each op."""
+that served each op; and torch's per-op device-time fallback on HAL events."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-pytestmark = pytest.mark.skipif(
+needs_device_activity = pytest.mark.skipif(
     not flagos._C._profiler_device_activity(),
     reason="this torch has no PrivateUse1 profiler registry (torch 2.13 has it): flagos ops "
            "show on the CPU timeline only")
@@ -39,6 +39,7 @@ def _run(run_python, tmp_path, env: dict) -> tuple[dict, list[dict]]:
     return averages, events
 
 
+@needs_device_activity
 @pytest.mark.parametrize("memory", ["host", "opaque"])
 def test_ops_copies_and_memsets_on_the_device_timeline(run_python, tmp_path, memory):
     env = {"FLAGOS_NO_TWIN": "1"} if memory == "opaque" else {}
@@ -64,6 +65,7 @@ def test_ops_copies_and_memsets_on_the_device_timeline(run_python, tmp_path, mem
         assert copies["Memcpy HtoD"]["args"]["bytes"] == 4096 * 4
 
 
+@needs_device_activity
 def test_a_cpu_only_profile_records_no_device_activity() -> None:
     x = torch.randn(64, 64, device="flagos")
     with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -71,3 +73,14 @@ def test_a_cpu_only_profile_records_no_device_activity() -> None:
     assert all(e.device_type != torch.device("flagos").type or e.device_time_total == 0
                for e in prof.events())
     assert not [e for e in prof.events() if e.name.endswith("]")]
+
+
+def test_the_per_op_fallback_times_ops_with_hal_events() -> None:
+    # torch's fallback records an event pair around every op (every supported torch)
+    x = torch.randn(128, 128, device="flagos")
+    with torch.autograd.profiler.profile(use_device="flagos", use_kineto=False) as prof:
+        (x @ x).relu().sum().cpu()
+    by_name = {e.key: e for e in prof.key_averages()}
+    mm = by_name["aten::mm"]
+    assert mm.count == 1 and 0 < mm.self_device_time_total < 60e6  # microseconds
+    assert all(0 <= e.self_device_time_total < 60e6 for e in by_name.values())
