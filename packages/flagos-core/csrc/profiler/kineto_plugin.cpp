@@ -11,6 +11,7 @@
 #if FLAGOS_HAS_KINETO_PLUGIN
 
 #include <libkineto.h>
+#include <output_base.h>
 #include <torch/csrc/profiler/standalone/privateuse1_profiler.h>
 
 #include <memory>
@@ -89,7 +90,9 @@ class Session : public libkineto::IActivityProfilerSession {
       a.addMetadata("correlation", s.correlation);
       if (!s.provider.empty()) a.addMetadataQuoted("provider", s.provider);
       if (s.bytes != 0) a.addMetadata("bytes", s.bytes);
-      a.log(logger);
+      // (the logger's own entry, not GenericTraceActivity::log: that one is compiled into
+      // libtorch, which need not export it)
+      logger.handleGenericActivity(a);
     }
     spans_.clear();
     status_ = libkineto::TraceStatus::READY;
