@@ -69,6 +69,8 @@ for s in "$@"; do
     # The newest releases of the libraries flagos integrates with (docs/compat.md), carried
     # in .whl-newest/ (tools/fetch_gpu_wheels.sh --newest) and put before the machine's own
     # for these folders only: the quantized checkpoints, the model zoo, the training steps.
+    # Run it on a machine a suite step has set up (builds, /tmp/site), carrying .whl-newest
+    # alone: with .whl as well the carry passes the device tool's 64 MiB.
     newest) step newest; J=/tmp/newest; rm -rf $J; mkdir -p $J
       [[ -f /tmp/site-newest/.installed ]] || { python3 -m pip install -q --no-index --no-deps \
         --no-compile --target /tmp/site-newest .whl-newest/*.whl && touch /tmp/site-newest/.installed; }
