@@ -84,3 +84,30 @@ def test_the_per_op_fallback_times_ops_with_hal_events() -> None:
     mm = by_name["aten::mm"]
     assert mm.count == 1 and 0 < mm.self_device_time_total < 60e6  # microseconds
     assert all(0 <= e.self_device_time_total < 60e6 for e in by_name.values())
+
+
+@needs_device_activity
+def test_a_declining_provider_leaves_no_span(run_python, tmp_path) -> None:
+    # the op's span names the provider that ran it, not one that declined before it
+    code = """
+import json, torch, flagos
+from flagos import routing
+from flagos.routing import Provider
+from torch.profiler import ProfilerActivity, profile
+
+class Declines(Provider):
+    def serves(self, op):
+        return op.startswith("aten::neg")
+    def __call__(self, op, args, kwargs):
+        return NotImplemented
+
+routing.register_provider(Declines("declines"))
+routing.set("aten::neg=declines,cpu")
+x = torch.randn(64, device="flagos")
+with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+    torch.neg(x)
+    torch.flagos.synchronize()
+print(json.dumps(sorted(e.name for e in prof.events() if e.name.endswith("]"))))
+"""
+    names = json.loads(run_python(code).stdout.strip().splitlines()[-1])
+    assert names and all(n.startswith("aten::neg") and n.endswith("[cpu]") for n in names), names

@@ -8,7 +8,11 @@
 // rows (one row per flagos stream).
 #include "profiler/kineto_plugin.h"
 
-#if FLAGOS_HAS_KINETO_PLUGIN
+// USE_KINETO is defined for this file alone (CMakeLists.txt), where torch's Kineto headers
+// exist.
+#if defined(USE_KINETO) && \
+    __has_include(<torch/csrc/profiler/standalone/privateuse1_profiler.h>) && \
+    __has_include(<libkineto.h>)
 
 #include <libkineto.h>
 #include <output_base.h>

@@ -8,7 +8,6 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <shared_mutex>
 #include <unordered_map>
 
@@ -227,15 +226,15 @@ bool run_provider(const Provider& p, const c10::OperatorHandle& op, torch::jit::
 // while a profiler records device activity, a span on the device's timeline too.
 bool run_counted(const Provider& p, Counters* c, const c10::OperatorHandle& op,
                  torch::jit::Stack* stack, c10::DeviceIndex device) {
-  std::optional<device_activity::Scope> span;
-  if (C10_UNLIKELY(device_activity::recording())) {
-    span.emplace(device_activity::Kind::Op, c10::toString(op.operator_name()), p.name.c_str(),
-                 device);
-  }
+  device_activity::Scope span(op, [&] { return p.name.c_str(); }, device);
   uint64_t t0 = op_clock::now();
   bool accepted = run_provider(p, op, stack, device);
-  if (accepted) record_call(c, op_clock::now() - t0);
-  else c->declined.fetch_add(1, std::memory_order_relaxed);
+  if (accepted) {
+    record_call(c, op_clock::now() - t0);
+  } else {
+    c->declined.fetch_add(1, std::memory_order_relaxed);
+    span.discard();
+  }
   return accepted;
 }
 

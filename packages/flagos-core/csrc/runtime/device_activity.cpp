@@ -145,6 +145,13 @@ void Scope::begin(Kind kind, const std::string& name, const char* provider,
                                bytes});
 }
 
+void Scope::drop() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (session_ == g_session && slot_ < static_cast<int64_t>(g_pending->size()))
+    (*g_pending)[slot_].end = nullptr;  // stop() skips a span without an end
+  slot_ = -1;
+}
+
 void Scope::end() {
   std::lock_guard<std::mutex> lock(g_mutex);
   if (session_ != g_session || !detail::g_recording.load() ||

@@ -5,6 +5,7 @@
 // id of the op that issued it. Off, the cost is one relaxed atomic load per call.
 #pragma once
 
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/Device.h>
 
 #include <atomic>
@@ -54,16 +55,29 @@ class Scope {
         uint64_t bytes = 0) {
     if (C10_UNLIKELY(recording())) begin(kind, name, provider, device, bytes);
   }
+  // A routed op, as `provider()` (the provider's name) runs it: the op's name and the
+  // provider's are looked up only while recording.
+  template <class ProviderName>
+  Scope(const c10::OperatorHandle& op, ProviderName provider, c10::DeviceIndex device) {
+    if (C10_UNLIKELY(recording()))
+      begin(Kind::Op, c10::toString(op.operator_name()), provider(), device, 0);
+  }
   ~Scope() {
     if (C10_UNLIKELY(slot_ >= 0)) end();
   }
   Scope(const Scope&) = delete;
   Scope& operator=(const Scope&) = delete;
 
+  // The call did not happen after all (a provider declined it): no span.
+  void discard() {
+    if (C10_UNLIKELY(slot_ >= 0)) drop();
+  }
+
  private:
   void begin(Kind kind, const std::string& name, const char* provider, c10::DeviceIndex device,
              uint64_t bytes);
   void end();
+  void drop();
   int64_t slot_ = -1;
   uint64_t session_ = 0;  // the recording session the slot belongs to
 };

@@ -21,15 +21,14 @@
 #include <ATen/core/boxing/impl/boxing.h>
 #include <torch/library.h>
 
-#include <optional>
 #include <tuple>
 #include <type_traits>
 
 #include "aten/alias.h"
 #include "engines/twin/twin_call.h"
 #include "router/dispatcher.h"
-#include "runtime/device_activity.h"
 #include "router/op_clock.h"
+#include "runtime/device_activity.h"
 #include "runtime/stream.h"
 
 namespace flagos {
@@ -196,11 +195,7 @@ struct FastKernel<Op, Composite, OutOp, OnDeviceTwin, Ret(Args...)> {
             std::forward<Args>(args)...);
       }
     }
-    std::optional<device_activity::Scope> span;
-    if (C10_UNLIKELY(device_activity::recording())) {
-      span.emplace(device_activity::Kind::Op, c10::toString(op.operator_name()),
-                   provider_name(route->provider), *device);
-    }
+    device_activity::Scope span(op, [&] { return provider_name(route->provider); }, *device);
     uint64_t start = op_clock::now();
     TwinCall twin_call(*device, route->twin, &op);
     // Braced initialization aliases the arguments left to right, before enter().
