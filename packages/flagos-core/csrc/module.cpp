@@ -6,6 +6,7 @@
 #include <torch/extension.h>
 
 #include "aten/alias.h"
+#include "capture/python_bindings.h"
 #include "compiled_code.h"
 #include "engines/cpu/cpu_engine.h"
 #include "engines/external/external_engine.h"
@@ -83,6 +84,7 @@ PYBIND11_MODULE(_C, m) {
 
   flagos::bind_compiled_code_helpers(m);
   flagos::bind_graph(m);
+  flagos::bind_stream_graphs(m);
   m.def("_init_hals", &flagos::init_hals, py::arg("paths"));
   m.def("_hals_initialized", &flagos::hals_initialized);
   m.def("_hal_info", &hal_info);

@@ -244,7 +244,40 @@ _HOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _SimRuntimeStream._fields_ = [
     ("struct_size", ctypes.c_uint32), ("stream", ctypes.c_void_p),
     ("launch_host_func", ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(_SimRuntimeStream),
-                                          _HOST_FN, ctypes.c_void_p))]
+                                          _HOST_FN, ctypes.c_void_p)),
+    ("control", ctypes.c_void_p),
+    ("launch_host_task", ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(_SimRuntimeStream),
+                                          _HOST_FN, ctypes.c_void_p, _HOST_FN))]
+
+
+def test_host_tasks_run_once_or_at_each_replay_and_are_released_once(hal):
+    # sim_runtime.h launch_host_task: a capture records the task; each replay runs it; its
+    # data is released once, when the capture and the replay are gone.
+    s = hal.stream_create(0)
+    runs, released = [], []
+    fn = _HOST_FN(lambda data: runs.append(data))
+    release = _HOST_FN(lambda data: released.append(data))
+    try:
+        rt = ctypes.cast(hal.stream_native_handle(s), ctypes.POINTER(_SimRuntimeStream)).contents
+        assert rt.launch_host_task(ctypes.byref(rt), fn, 1, release) == Status.SUCCESS
+        hal.stream_synchronize(s)
+        assert runs == [1] and released == [1]
+        hal.begin_capture(s)
+        assert rt.launch_host_task(ctypes.byref(rt), fn, 2, release) == Status.SUCCESS
+        capture = hal.end_capture(s)
+        hal.stream_synchronize(s)
+        assert runs == [1] and released == [1]  # recorded, not run
+        replay = hal.instantiate(capture)
+        for _ in range(3):
+            hal.replay(replay, s)
+        hal.stream_synchronize(s)
+        assert runs == [1, 2, 2, 2] and released == [1]
+        hal.capture_destroy(capture)
+        hal.replay_destroy(replay)
+        hal.stream_synchronize(s)
+        assert released == [1, 2]
+    finally:
+        hal.stream_destroy(s)
 
 
 def test_native_handle_launches_host_work_in_stream_order(hal):

@@ -7,6 +7,7 @@
 #include <array>
 
 #include "aten/result_adoption.h"
+#include "capture/capture_state.h"
 #include "runtime/stream.h"
 
 namespace flagos {
@@ -88,6 +89,11 @@ at::Tensor flagos_view_of(const at::Tensor& original, const at::Tensor& view) {
 }
 
 void sync_for_host_access(c10::DeviceIndex device) {
+  if (C10_UNLIKELY(capture::current_stream_capturing(device))) {
+    capture::refuse("reading or writing flagos:" + std::to_string(device) +
+                        " memory on the host (a CPU kernel, a host copy, .item(), print)",
+                    device);
+  }
   synchronize_stream(current_stream(device));
 }
 

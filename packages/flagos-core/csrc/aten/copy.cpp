@@ -9,10 +9,13 @@
 #include <torch/library.h>
 
 #include <chrono>
+#include <cstring>
 #include <thread>
 
 #include "aten/alias.h"
 #include "aten/copy.h"
+#include "capture/capture_state.h"
+#include "capture/host_tasks.h"
 #include "runtime/device_activity.h"
 #include "runtime/hal_raise.h"
 #include "runtime/host_allocator.h"
@@ -37,6 +40,13 @@ void hal_copy(c10::DeviceIndex device, void* dst, const void* src, size_t bytes,
   if (bytes == 0) return;
   const auto& hal = hal_of(device);
   auto stream = current_stream(device);
+  if (C10_UNLIKELY(capture::is_capturing(stream)) && kind != FLAGOS_MEMCPY_DEVICE_TO_DEVICE &&
+      !(non_blocking && pinned_host)) {
+    // A replay could not wait for the host; a copy from pinned memory it can repeat.
+    capture::refuse("a blocking copy between flagos:" + std::to_string(device) +
+                        " and host memory (use pinned memory and non_blocking=True)",
+                    device);
+  }
   flagos_stream_t hs = hal_stream(stream);
   {
     static const std::string names[] = {"Memcpy HtoD", "Memcpy DtoH", "Memcpy DtoD"};
@@ -49,7 +59,8 @@ void hal_copy(c10::DeviceIndex device, void* dst, const void* src, size_t bytes,
   }
   if (kind == FLAGOS_MEMCPY_DEVICE_TO_DEVICE) return;  // stream-ordered like any device work
   if (non_blocking && pinned_host) {
-    record_pinned_use(pinned_host, stream);
+    // In a capture, no event may be recorded; the graph keeps such memory itself.
+    if (!capture::is_capturing(stream)) record_pinned_use(pinned_host, stream);
     return;
   }
   flagos_status_t st = hal.stream_synchronize(hs);
@@ -122,6 +133,13 @@ bool copy_on_device_twin(const at::Tensor& src, const at::Tensor& dst) {
 void copy_flagos_to_flagos(const at::Tensor& src, const at::Tensor& dst) {
   auto sdev = src.device().index(), ddev = dst.device().index();
   if (sdev != ddev) sync_for_host_access(sdev);  // src's producer may run on another stream
+  if (sdev == ddev && host_addressable(sdev) && capture::current_stream_capturing(sdev)) {
+    // Recorded on the stream, run at each replay (capture/host_tasks.h).
+    c10::Device cpu(c10::kCPU);
+    capture::queue_host_task(sdev, "copy_", [to = alias_as(dst, cpu), from = alias_as(src, cpu)]()
+                                                mutable { to.copy_(from); });
+    return;
+  }
   if (sdev == ddev && host_addressable(sdev)) {
     sync_for_host_access(sdev);
     alias_as(dst, c10::Device(c10::kCPU)).copy_(alias_as(src, c10::Device(c10::kCPU)));
@@ -162,6 +180,19 @@ void copy_flagos_to_cpu(const at::Tensor& src, const at::Tensor& dst, bool non_b
 void copy_cpu_to_flagos(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
   auto device = dst.device().index();
   bool async_pinned = non_blocking && same_layout(src, dst) && is_pinned_ptr(span_base(src));
+  if (src.unsafeGetTensorImpl()->is_wrapped_number() && dst.numel() == 1 &&
+      capture::current_stream_capturing(device)) {
+    // A Python number moved to the device inside a capture is a constant of the graph, as a
+    // scalar kernel argument is: its value is taken now, into pinned memory the graph keeps,
+    // and the recorded copy reads it at every replay.
+    at::Tensor value = src.to(dst.scalar_type());
+    c10::DataPtr pinned = pinned_host_allocator()->allocate(value.nbytes());
+    std::memcpy(pinned.get(), value.data_ptr(), value.nbytes());
+    hal_copy(device, span_base(dst), pinned.get(), value.nbytes(), FLAGOS_MEMCPY_HOST_TO_DEVICE,
+             true, pinned.get());
+    capture::keep_alive(current_stream(device), std::move(pinned));
+    return;
+  }
   if (!async_pinned && host_addressable(device)) {
     sync_for_host_access(device);
     alias_as(dst, c10::Device(c10::kCPU)).copy_(src);

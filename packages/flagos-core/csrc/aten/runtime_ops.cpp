@@ -19,6 +19,8 @@
 
 #include "aten/alias.h"
 #include "aten/copy.h"
+#include "capture/capture_state.h"
+#include "capture/host_tasks.h"
 #include "runtime/allocator.h"
 #include "runtime/device_activity.h"
 #include "runtime/resize.h"
@@ -137,6 +139,12 @@ at::Scalar local_scalar_dense(const at::Tensor& self) {
 at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
   if (self.numel() == 0) return self;
   auto device = self.device().index();
+  if (host_addressable(device) && capture::current_stream_capturing(device)) {
+    // Recorded on the stream, run at each replay (capture/host_tasks.h).
+    capture::queue_host_task(device, "fill_", [alias = alias_as(self, c10::Device(c10::kCPU)),
+                                               value]() mutable { alias.fill_(value); });
+    return self;
+  }
   if (host_addressable(device)) {
     sync_for_host_access(device);
     alias_as(self, c10::Device(c10::kCPU)).fill_(value);

@@ -16,6 +16,7 @@
 #include "engines/python/python_engine.h"
 #include "engines/twin/twin_engine.h"
 #include "router/op_clock.h"
+#include "capture/capture_state.h"
 #include "runtime/device_activity.h"
 #include "runtime/hal.h"
 
@@ -33,7 +34,15 @@ struct Provider {
   PyObjectRef callable;  // PYTHON only
   ExternalEngine external;  // EXTERNAL only
   bool wrapper = false;  // register_wrapper_provider
+  // Whether its work is all queued on the current stream, so a graph capture records it
+  // (capture/capture_state.h): the kernel engines' is, the CPU fallback's never, a Python
+  // provider's only where it says so (set_provider_capture_safe).
+  std::atomic<bool> capture_safe{false};
 };
+
+bool default_capture_safe(EngineKind kind) {
+  return kind == EngineKind::TWIN || kind == EngineKind::FOREIGN || kind == EngineKind::EXTERNAL;
+}
 
 using Counters = RouteCounters;
 
@@ -224,8 +233,8 @@ bool run_provider(const Provider& p, const c10::OperatorHandle& op, torch::jit::
 
 // One provider's attempt at a call, timed and counted under `c` (a call or a decline);
 // while a profiler records device activity, a span on the device's timeline too.
-bool run_counted(const Provider& p, Counters* c, const c10::OperatorHandle& op,
-                 torch::jit::Stack* stack, c10::DeviceIndex device) {
+bool run_timed(const Provider& p, Counters* c, const c10::OperatorHandle& op,
+               torch::jit::Stack* stack, c10::DeviceIndex device) {
   device_activity::Scope span(op, [&] { return p.name.c_str(); }, device);
   uint64_t t0 = op_clock::now();
   bool accepted = run_provider(p, op, stack, device);
@@ -236,6 +245,31 @@ bool run_counted(const Provider& p, Counters* c, const c10::OperatorHandle& op,
     span.discard();
   }
   return accepted;
+}
+
+// run_counted while the current stream captures: a provider that is not capture-safe is
+// refused, and a refusal from deeper down (a host access) names the op and provider.
+bool run_captured(const Provider& p, Counters* c, const c10::OperatorHandle& op,
+                  torch::jit::Stack* stack, c10::DeviceIndex device) {
+  std::string who = op_full_name(op) + " through provider '" + p.name + "' (" +
+                    (p.wrapper ? "wrapper" : engine_name(p.kind)) + ")";
+  if (!p.capture_safe.load(std::memory_order_relaxed)) {
+    capture::refuse(who + ", which is not capture-safe,", device);
+  }
+  try {
+    return run_timed(p, c, op, stack, device);
+  } catch (c10::Error& e) {
+    e.add_context("while capturing " + who);
+    throw;
+  }
+}
+
+bool run_counted(const Provider& p, Counters* c, const c10::OperatorHandle& op,
+                 torch::jit::Stack* stack, c10::DeviceIndex device) {
+  if (C10_UNLIKELY(capture::current_stream_capturing(device))) {
+    return run_captured(p, c, op, stack, device);
+  }
+  return run_timed(p, c, op, stack, device);
 }
 
 const Route* current_route(OpState& st, c10::DeviceIndex device) {
@@ -308,6 +342,9 @@ OpState& routing_state(const c10::OperatorHandle& op) {
 std::optional<TwinRoute> twin_route(OpState& st, c10::DeviceIndex device) {
   const Route* route = current_route(st, device);
   if (!route->twin) return std::nullopt;
+  // While capturing, the routed path: it refuses a provider that cannot be captured, and
+  // records a CPU twin's kernels on the stream (engines/twin/captured_host_call.h).
+  if (C10_UNLIKELY(capture::current_stream_capturing(device))) return std::nullopt;
   return TwinRoute{*route->twin, route->counters.front(), route->chain.front().get()};
 }
 
@@ -362,6 +399,7 @@ void register_provider(const std::string& name, EngineKind kind, void* py_callab
   auto p = std::make_shared<Provider>();
   p->name = name;
   p->kind = kind;
+  p->capture_safe = default_capture_safe(kind);
   if (py_callable) p->callable = PyObjectRef(py_callable);
   {
     std::unique_lock<std::shared_mutex> lock(g_providers_mutex);
@@ -389,6 +427,7 @@ void register_external_provider(const std::string& name, ExternalEngine engine) 
   auto p = std::make_shared<Provider>();
   p->name = name;
   p->kind = EngineKind::EXTERNAL;
+  p->capture_safe = true;
   p->external = engine;
   {
     std::unique_lock<std::shared_mutex> lock(g_providers_mutex);
@@ -404,6 +443,18 @@ std::vector<std::pair<std::string, std::string>> provider_engines() {
     out.emplace_back(name, provider->wrapper ? "wrapper" : engine_name(provider->kind));
   }
   return out;
+}
+
+void set_provider_capture_safe(const std::string& name, bool safe) {
+  auto p = find_provider(name);
+  TORCH_CHECK(p, "flagos: no provider named '", name, "' is registered with the core");
+  p->capture_safe = safe;
+}
+
+bool provider_capture_safe(const std::string& name) {
+  auto p = find_provider(name);
+  TORCH_CHECK(p, "flagos: no provider named '", name, "' is registered with the core");
+  return p->capture_safe;
 }
 
 std::vector<std::string> registered_providers() {

@@ -39,6 +39,12 @@ void register_provider(const std::string& name, EngineKind kind, void* py_callab
 // kernels treat a route that starts with wrappers as the route after them would be
 // treated when that starts with a FOREIGN provider (the op arrives as itself).
 void register_wrapper_provider(const std::string& name, void* py_callable);
+// Whether provider `name` may run while the current stream captures a graph: all its
+// work queued on that stream, the same work on every call (capture/capture_state.h).
+// Defaults: the twin, foreign and external engines yes, the CPU fallback and Python
+// providers no. Throws for an unregistered name.
+void set_provider_capture_safe(const std::string& name, bool safe);
+bool provider_capture_safe(const std::string& name);
 std::vector<std::string> registered_providers();
 // The names engines go by in explain output and docs: "cpu fallback", "twin", "python",
 // "foreign kernels", "external".

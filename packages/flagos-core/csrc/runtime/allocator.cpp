@@ -2,6 +2,10 @@
 // caching allocator: size classes, block splitting and merging, stream-aware reuse
 // (record_stream), empty_cache, and out-of-memory that frees the cache, retries once,
 // then raises torch.OutOfMemoryError with the numbers.
+// Graph capture gets private pools, as CUDA's allocator gives a CUDA graph: while a stream
+// captures, its allocations come from segments of the capture's pool, which no other
+// allocation takes and which go back to the HAL only once the graphs using the pool are
+// gone (a replay writes the same addresses again).
 // FLAGOS_ALLOCATOR=passthrough sends every request straight to the HAL (debugging).
 #include "runtime/allocator.h"
 
@@ -10,6 +14,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -35,6 +40,8 @@ constexpr size_t kLargeBuffer = 20 << 20;     // 1-10 MiB requests get 20 MiB se
 constexpr size_t kMinLargeAlloc = 10 << 20;
 constexpr size_t kRoundLarge = 2 << 20;
 
+struct PrivatePool;
+
 struct Block {
   c10::DeviceIndex device;
   c10::StreamId stream;
@@ -48,6 +55,7 @@ struct Block {
   std::unordered_set<c10::StreamId> stream_uses;  // streams from record_stream
   int pending_events = 0;
   bool recent = false;  // parked in DevicePool::recent_ (free, kept whole)
+  PrivatePool* owner = nullptr;  // the capture pool of its segment; nullptr: the shared pool
 };
 
 struct BlockLess {
@@ -56,6 +64,12 @@ struct BlockLess {
     if (a->size != b->size) return a->size < b->size;
     return reinterpret_cast<uintptr_t>(a->ptr) < reinterpret_cast<uintptr_t>(b->ptr);
   }
+};
+
+// The free blocks of one graph pool, and how many graphs (or captures) still use it.
+struct PrivatePool {
+  int use_count = 1;
+  std::set<Block*, BlockLess> small, large;
 };
 
 size_t round_size(size_t size) {
@@ -90,37 +104,42 @@ class DevicePool {
   // `may_fail`: return nullptr instead of freeing the cache and raising out of memory.
   Block* malloc(size_t requested, c10::StreamId stream, bool may_fail = false) {
     std::unique_lock<std::mutex> lock(mutex_);
-    process_events();
+    // Events recorded before a capture may not be asked about during it (CUDA forbids it).
+    if (captures_.empty()) process_events();
     size_t size = round_size(requested);
     bool small = size <= kSmallSize;
     Block key{device_, stream, size, nullptr, false, small};
     key.ptr = nullptr;
-    auto& pool = small ? small_ : large_;
-    Block* block = small ? take_recent(size, stream) : nullptr;
+    PrivatePool* owner = capture_pool_of(stream);
+    auto& pool = owner ? (small ? owner->small : owner->large) : (small ? small_ : large_);
+    Block* block = small && !owner ? take_recent(size, stream) : nullptr;
     for (int attempt = 0; !block && attempt < 2; ++attempt) {
       auto it = pool.lower_bound(&key);
       if (it != pool.end() && (*it)->stream == stream) {
         block = *it;
         pool_erase(pool, block);
-      } else if (attempt == 0 && n_recent_ > 0) {
+      } else if (attempt == 0 && n_recent_ > 0 && !owner) {
         flush_recent();  // merged, the parked blocks may make room
       } else {
         break;
       }
     }
-    if (!block) block = new_segment(size, small, stream, requested);
+    if (!block) block = new_segment(size, small, stream, requested, owner);
     if (!block && may_fail) return nullptr;
+    // Freeing the cache waits for the device, which a capture forbids: out of memory now.
+    if (!block && !captures_.empty()) raise_oom(requested);
     if (!block) {
       // Free cached segments, wait for deferred frees, and try once more.
       release_cached();
       stats_.num_alloc_retries++;
-      block = new_segment(size, small, stream, requested);
+      block = new_segment(size, small, stream, requested, owner);
     }
     if (!block) raise_oom(requested);
 
     size_t remaining = block->size - size;
     if ((small && remaining >= kMinBlockSize) || (!small && remaining > kSmallSize)) {
       auto* rest = new Block{device_, stream, remaining, nullptr, false, small};
+      rest->owner = block->owner;
       rest->ptr = static_cast<char*>(block->ptr) + size;
       rest->prev = block;
       rest->next = block->next;
@@ -149,11 +168,17 @@ class DevicePool {
     stat_update(stats_, &DeviceStats::allocated_bytes, block->small, -int64_t(block->size));
     stat_update(stats_, &DeviceStats::requested_bytes, block->small, -int64_t(block->requested));
     if (!block->stream_uses.empty()) {
+      if (!captures_.empty()) {
+        // No event may be recorded or asked about while a stream captures: the block
+        // waits, unused, until the last capture on this device ends.
+        deferred_.push_back(block);
+        return;
+      }
       // The block may still be read by other streams: reuse only after their work so far.
       insert_events(block);
       if (block->pending_events > 0) return;
     }
-    if (block->small) {
+    if (block->small && !block->owner) {
       park(block);
     } else {
       free_block(block);
@@ -239,6 +264,44 @@ class DevicePool {
     stats_.num_device_free = 0;
   }
 
+  // From now on, allocations from `stream` come from graph pool `id` (created on first
+  // use; a pool named again gains a user) until end_allocate_to_pool.
+  void begin_allocate_to_pool(c10::MempoolId_t id, c10::StreamId stream) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = private_pools_.find(id);
+    if (it == private_pools_.end()) {
+      it = private_pools_.emplace(id, std::make_unique<PrivatePool>()).first;
+    } else {
+      it->second->use_count++;
+    }
+    captures_.emplace_back(stream, it->second.get());
+  }
+
+  void end_allocate_to_pool(c10::MempoolId_t id) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto pool = private_pools_.find(id);
+    if (pool == private_pools_.end()) return;
+    captures_.erase(std::remove_if(captures_.begin(), captures_.end(),
+                                   [&](const auto& c) { return c.second == pool->second.get(); }),
+                    captures_.end());
+    if (!captures_.empty()) return;
+    for (Block* block : deferred_) {
+      insert_events(block);
+      if (block->pending_events == 0) free_block(block);
+    }
+    deferred_.clear();
+  }
+
+  // A graph using pool `id` is gone. With its last user, the pool's memory goes back to
+  // the HAL: its free segments now, the others once their last tensor is freed and the
+  // cache is emptied (empty_cache, or an allocation that needs room).
+  void release_pool(c10::MempoolId_t id) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = private_pools_.find(id);
+    if (it == private_pools_.end() || --it->second->use_count > 0) return;
+    if (captures_.empty()) release_free_private_segments();
+  }
+
   void snapshot(std::vector<SegmentSnapshot>& out) {
     std::lock_guard<std::mutex> lock(mutex_);
     flush_recent();  // segments as merged free blocks, as without the parking
@@ -268,7 +331,8 @@ class DevicePool {
 
   const flagos_hal_table_t& hal() { return hal_of(device_); }
 
-  Block* new_segment(size_t size, bool small, c10::StreamId stream, size_t requested) {
+  Block* new_segment(size_t size, bool small, c10::StreamId stream, size_t requested,
+                     PrivatePool* owner) {
     size_t bytes = segment_size(size);
     const auto& d = hal_device(device_);
     void* ptr = nullptr;
@@ -281,6 +345,7 @@ class DevicePool {
     if (st != FLAGOS_SUCCESS) throw_hal_error(*d.lib->table, st, "malloc", __FILE__, __LINE__);
     (void)requested;
     auto* block = new Block{device_, stream, bytes, ptr, false, small};
+    block->owner = owner;
     segments_.insert(block);
     stats_.num_device_alloc++;
     stat_update(stats_, &DeviceStats::segment, small, 1);
@@ -350,8 +415,20 @@ class DevicePool {
     n_recent_ = 0;
   }
 
+  std::set<Block*, BlockLess>& free_set(const Block* block) {
+    if (block->owner) return block->small ? block->owner->small : block->owner->large;
+    return block->small ? small_ : large_;
+  }
+
+  PrivatePool* capture_pool_of(c10::StreamId stream) {
+    for (const auto& [s, pool] : captures_) {
+      if (s == stream) return pool;
+    }
+    return nullptr;
+  }
+
   void merge_into_pool(Block* block) {
-    auto& pool = block->small ? small_ : large_;
+    auto& pool = free_set(block);
     // Merge with free neighbours of the same segment.
     for (Block* nb : {block->prev, block->next}) {
       if (!nb || nb->allocated || nb->pending_events > 0 || nb->recent) continue;
@@ -430,21 +507,50 @@ class DevicePool {
     FLAGOS_HAL_CHECK(*d.lib->table, d.lib->table->device_synchronize(d.local_index));
     process_events();
     flush_recent();
-    for (auto* pool : {&small_, &large_}) {
-      for (auto it = pool->begin(); it != pool->end();) {
-        Block* b = *it;
-        if (b->prev || b->next) {  // part of a segment still in use
-          ++it;
-          continue;
-        }
-        FLAGOS_HAL_CHECK(*d.lib->table, d.lib->table->free(d.local_index, b->ptr));
-        segments_.erase(b);
-        stats_.num_device_free++;
-        stat_update(stats_, &DeviceStats::segment, b->small, -1);
-        stat_update(stats_, &DeviceStats::reserved_bytes, b->small, -int64_t(b->size));
-        delete b;
-        it = pool->erase(it);  // a whole segment: never an inactive split
+    free_whole_segments(small_);
+    free_whole_segments(large_);
+    release_free_private_segments(/*synchronized=*/true);
+  }
+
+  // Returns the free blocks of `set` that are whole segments to the HAL (the device must
+  // be idle); whole segments are never inactive splits.
+  void free_whole_segments(std::set<Block*, BlockLess>& set) {
+    const auto& d = hal_device(device_);
+    for (auto it = set.begin(); it != set.end();) {
+      Block* b = *it;
+      if (b->prev || b->next) {  // part of a segment still in use
+        ++it;
+        continue;
       }
+      FLAGOS_HAL_CHECK(*d.lib->table, d.lib->table->free(d.local_index, b->ptr));
+      segments_.erase(b);
+      stats_.num_device_free++;
+      stat_update(stats_, &DeviceStats::segment, b->small, -1);
+      stat_update(stats_, &DeviceStats::reserved_bytes, b->small, -int64_t(b->size));
+      delete b;
+      it = set.erase(it);
+    }
+  }
+
+  // The whole free segments of graph pools no graph uses any more go back to the HAL;
+  // a pool without segments is forgotten. The device must be idle for the pools' replays.
+  void release_free_private_segments(bool synchronized = false) {
+    const auto& d = hal_device(device_);
+    for (auto pool = private_pools_.begin(); pool != private_pools_.end();) {
+      PrivatePool& p = *pool->second;
+      if (p.use_count > 0) {
+        ++pool;
+        continue;
+      }
+      if (!synchronized) {
+        FLAGOS_HAL_CHECK(*d.lib->table, d.lib->table->device_synchronize(d.local_index));
+        synchronized = true;
+      }
+      free_whole_segments(p.small);
+      free_whole_segments(p.large);
+      bool owns_segment = std::any_of(segments_.begin(), segments_.end(),
+                                      [&](const Block* b) { return b->owner == &p; });
+      pool = owns_segment ? std::next(pool) : private_pools_.erase(pool);
     }
   }
 
@@ -498,6 +604,9 @@ class DevicePool {
   std::array<Block*, kRecent> recent_{};  // parked small blocks, oldest first
   size_t n_recent_ = 0;
   std::unordered_map<void*, std::pair<size_t, size_t>> passthrough_sizes_;  // (size, requested)
+  std::map<c10::MempoolId_t, std::unique_ptr<PrivatePool>> private_pools_;
+  std::vector<std::pair<c10::StreamId, PrivatePool*>> captures_;  // streams capturing now
+  std::vector<Block*> deferred_;  // freed during a capture, with other streams' uses
   DeviceStats stats_;
 };
 
@@ -655,6 +764,25 @@ std::vector<std::pair<std::string, int64_t>> memory_stats(c10::DeviceIndex devic
   out.emplace_back("num_device_alloc", s.num_device_alloc);
   out.emplace_back("num_device_free", s.num_device_free);
   return out;
+}
+
+namespace {
+DevicePool& pool_for_capture(c10::DeviceIndex device) {
+  auto& alloc = FlagosAllocator::instance();
+  TORCH_CHECK(!alloc.passthrough(), "flagos: graph capture needs the caching allocator's graph "
+              "pools; unset FLAGOS_ALLOCATOR=passthrough to capture");
+  return alloc.pool(device);
+}
+}  // namespace
+
+void begin_allocate_to_pool(c10::DeviceIndex device, c10::MempoolId_t pool, c10::StreamId stream) {
+  pool_for_capture(device).begin_allocate_to_pool(pool, stream);
+}
+void end_allocate_to_pool(c10::DeviceIndex device, c10::MempoolId_t pool) {
+  pool_for_capture(device).end_allocate_to_pool(pool);
+}
+void release_pool(c10::DeviceIndex device, c10::MempoolId_t pool) {
+  pool_for_capture(device).release_pool(pool);
 }
 
 void record_data_ptr_on_stream(const c10::DataPtr& data_ptr, const c10::Stream& stream) {

@@ -31,4 +31,12 @@ std::vector<std::pair<std::string, int64_t>> memory_stats(c10::DeviceIndex devic
 std::vector<SegmentSnapshot> memory_snapshot();
 bool allocator_passthrough();
 
+// Graph pools (the stream graphs of csrc/capture/): while `stream` of flagos:`device`
+// captures, its allocations come from pool `pool`, whose memory no other allocation
+// takes. Naming a pool that exists adds a user; release_pool drops one, and a pool
+// without users goes back to the HAL as its blocks become free.
+void begin_allocate_to_pool(c10::DeviceIndex device, c10::MempoolId_t pool, c10::StreamId stream);
+void end_allocate_to_pool(c10::DeviceIndex device, c10::MempoolId_t pool);
+void release_pool(c10::DeviceIndex device, c10::MempoolId_t pool);
+
 }  // namespace flagos

@@ -32,12 +32,16 @@ struct FlagosGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     } catch (...) {
     }
   }
-  Stream getStream(Device d) const override { return current_stream(d.index()); }
-  Stream getDefaultStream(Device d) const override { return default_stream(d.index()); }
+  // A device without an index (torch.Stream(device="flagos")) is the current device.
+  static c10::DeviceIndex index_of(Device d) { return d.has_index() ? d.index() : current_device(); }
+  Stream getStream(Device d) const override { return current_stream(index_of(d)); }
+  Stream getDefaultStream(Device d) const override { return default_stream(index_of(d)); }
   Stream getStreamFromGlobalPool(Device d, bool high_priority) const override {
-    return pool_stream(d.index(), high_priority ? -1000 : 0);
+    return pool_stream(index_of(d), high_priority ? -1000 : 0);
   }
-  Stream getNewStream(Device d, int priority) const override { return pool_stream(d.index(), priority); }
+  Stream getNewStream(Device d, int priority) const override {
+    return pool_stream(index_of(d), priority);
+  }
   Stream exchangeStream(Stream s) const override { return exchange_stream(s); }
   void* getStreamNativeHandle(const Stream s) const override {
     void* handle = nullptr;

@@ -1,5 +1,7 @@
 #include "runtime/host_allocator.h"
 
+#include <ATen/core/CachingHostAllocator.h>
+
 #include <map>
 #include <mutex>
 #include <unordered_map>
@@ -25,7 +27,9 @@ size_t round_pow2(size_t n) {
   return p;
 }
 
-class PinnedAllocator final : public c10::Allocator {
+// Registered as torch's host allocator for flagos (torch.accelerator.empty_host_cache and
+// host_memory_stats reach it through at::getHostAllocator).
+class PinnedAllocator final : public at::HostAllocator {
  public:
   c10::DataPtr allocate(size_t n) override {
     if (n == 0) return c10::DataPtr(nullptr, nullptr, &noop, c10::Device(c10::kCPU));
@@ -46,8 +50,13 @@ class PinnedAllocator final : public c10::Allocator {
       FLAGOS_HAL_CHECK(hal, hal.host_malloc(size, &ptr));
       block = new PinnedBlock{ptr, size};
       blocks_[ptr] = block;
+      stats_.num_host_alloc++;
+      stats_.allocations.increase(1);
+      stats_.allocated_bytes.increase(size);
     }
     block->in_use = true;
+    stats_.active_requests.increase(1);
+    stats_.active_bytes.increase(block->size);
     return c10::DataPtr(block->ptr, block, &release, c10::Device(c10::kCPU));
   }
 
@@ -79,7 +88,33 @@ class PinnedAllocator final : public c10::Allocator {
     b->events.emplace_back(ev, stream.device_index());
   }
 
-  void empty_cache() {
+  bool record_event(void* ptr, void*, c10::Stream stream) override {
+    record(ptr, stream);
+    return true;
+  }
+
+  at::HostStats get_stats() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return stats_;
+  }
+  void reset_accumulated_stats() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto* st : {&stats_.active_requests, &stats_.active_bytes, &stats_.allocations,
+                     &stats_.allocated_bytes}) {
+      st->reset_accumulated();
+    }
+    stats_.num_host_alloc = 0;
+    stats_.num_host_free = 0;
+  }
+  void reset_peak_stats() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto* st : {&stats_.active_requests, &stats_.active_bytes, &stats_.allocations,
+                     &stats_.allocated_bytes}) {
+      st->reset_peak();
+    }
+  }
+
+  void empty_cache() override {
     std::lock_guard<std::mutex> lock(mutex_);
     for (auto it = free_.begin(); it != free_.end();) {
       PinnedBlock* b = it->second;
@@ -88,6 +123,9 @@ class PinnedAllocator final : public c10::Allocator {
         continue;
       }
       host_hal().host_free(b->ptr);
+      stats_.num_host_free++;
+      stats_.allocations.decrease(1);
+      stats_.allocated_bytes.decrease(b->size);
       blocks_.erase(b->ptr);
       delete b;
       it = free_.erase(it);
@@ -124,12 +162,15 @@ class PinnedAllocator final : public c10::Allocator {
     auto* b = static_cast<PinnedBlock*>(ctx);
     std::lock_guard<std::mutex> lock(self.mutex_);
     b->in_use = false;
+    self.stats_.active_requests.decrease(1);
+    self.stats_.active_bytes.decrease(b->size);
     self.free_.emplace(b->size, b);
   }
 
   std::mutex mutex_;
   std::map<void*, PinnedBlock*> blocks_;
   std::multimap<size_t, PinnedBlock*> free_;
+  at::HostStats stats_;
 };
 
 }  // namespace
@@ -140,5 +181,7 @@ void record_pinned_use(const void* ptr, const c10::Stream& stream) {
   PinnedAllocator::instance().record(ptr, stream);
 }
 void empty_pinned_cache() { PinnedAllocator::instance().empty_cache(); }
+
+REGISTER_HOST_ALLOCATOR(c10::DeviceType::PrivateUse1, &PinnedAllocator::instance());
 
 }  // namespace flagos

@@ -1,3 +1,4 @@
+#include "capture/capture_state.h"
 #include "runtime/hal_raise.h"
 #include "runtime/stream.h"
 
@@ -112,6 +113,11 @@ int stream_priority(const c10::Stream& stream) {
 }
 
 void synchronize_stream(const c10::Stream& stream) {
+  if (C10_UNLIKELY(capture::is_capturing(stream))) {
+    // Refused before the HAL, which would also invalidate the capture.
+    capture::refuse("waiting for the capturing stream (.item(), a host copy, synchronize)",
+                    stream.device_index());
+  }
   const auto& hal = hal_of(stream.device_index());
   FLAGOS_HAL_CHECK(hal, hal.stream_synchronize(hal_stream(stream)));
 }

@@ -34,6 +34,13 @@ class CppBackend:
 
     def register_python_provider(self, name: str, fn: Callable[..., object]) -> None:
         _C._register_provider(name, "python", _python_entry(fn))
+        # A Python provider is captured only where it says it may be (Provider.capture_safe).
+        _C._set_provider_capture_safe(name, bool(getattr(fn, "capture_safe", False)))
+
+    def capture_safe(self, name: str) -> bool | None:
+        """Whether provider ``name`` may run while a graph is being captured; None for a
+        name the core does not know."""
+        return bool(_C._provider_capture_safe(name)) if name in _C._providers() else None
 
     def device_hal_names(self) -> list[str]:
         return self._hals

@@ -33,6 +33,7 @@ def init() -> None:
         from flagos import api
 
         torch._register_device_module("flagos", api)
+        _C._register_graph_impl()  # torch.accelerator.Graph, where torch has the interface
         torch.utils.generate_methods_for_privateuse1_backend(
             for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
         )

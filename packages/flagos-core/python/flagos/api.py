@@ -12,21 +12,75 @@ from typing import Any
 import torch
 from typing_extensions import Self, deprecated
 
-from flagos import _C, amp
+from flagos import _C, amp, graphs
+from flagos.graphs import (
+    Graph,
+    graph,
+    graph_pool_handle,
+    is_current_stream_capturing,
+    make_graphed_callables,
+)
 
 __all__ = [
-    "Event", "OutOfMemoryError", "Stream", "StreamContext", "amp", "caching_allocator_alloc",
-    "caching_allocator_delete", "current_device", "current_stream", "default_stream", "device",
-    "device_count", "device_fault", "device_memory_used", "device_of", "empty_cache",
-    "get_allocator_backend", "get_amp_supported_dtype", "get_device_name", "get_device_properties",
-    "get_rng_state", "get_rng_state_all", "init", "initial_seed", "is_available",
-    "is_bf16_supported", "is_initialized", "manual_seed", "manual_seed_all",
-    "max_memory_allocated", "max_memory_cached", "max_memory_reserved", "mem_get_info",
-    "memory_allocated", "memory_cached", "memory_reserved", "memory_snapshot", "memory_stats",
-    "memory_stats_as_nested_dict", "memory_summary", "reset_accumulated_memory_stats",
-    "reset_max_memory_allocated", "reset_max_memory_cached", "reset_peak_memory_stats", "seed",
-    "seed_all", "set_device", "set_rng_state", "set_rng_state_all", "set_stream", "stream",
-    "synchronize", "twin_device",
+    "Event",
+    "Graph",
+    "OutOfMemoryError",
+    "Stream",
+    "StreamContext",
+    "amp",
+    "caching_allocator_alloc",
+    "caching_allocator_delete",
+    "current_device",
+    "current_stream",
+    "default_stream",
+    "device",
+    "device_count",
+    "device_fault",
+    "device_memory_used",
+    "device_of",
+    "empty_cache",
+    "get_allocator_backend",
+    "get_amp_supported_dtype",
+    "get_device_name",
+    "get_device_properties",
+    "get_rng_state",
+    "get_rng_state_all",
+    "graph",
+    "graph_pool_handle",
+    "graphs",
+    "init",
+    "initial_seed",
+    "is_available",
+    "is_bf16_supported",
+    "is_current_stream_capturing",
+    "is_initialized",
+    "make_graphed_callables",
+    "manual_seed",
+    "manual_seed_all",
+    "max_memory_allocated",
+    "max_memory_cached",
+    "max_memory_reserved",
+    "mem_get_info",
+    "memory_allocated",
+    "memory_cached",
+    "memory_reserved",
+    "memory_snapshot",
+    "memory_stats",
+    "memory_stats_as_nested_dict",
+    "memory_summary",
+    "reset_accumulated_memory_stats",
+    "reset_max_memory_allocated",
+    "reset_max_memory_cached",
+    "reset_peak_memory_stats",
+    "seed",
+    "seed_all",
+    "set_device",
+    "set_rng_state",
+    "set_rng_state_all",
+    "set_stream",
+    "stream",
+    "synchronize",
+    "twin_device",
 ]
 
 DeviceLike = torch.device | str | int | None
@@ -229,7 +283,7 @@ class Event(torch.Event):
             raise NotImplementedError("flagos: interprocess events are not supported")
         if external:
             raise NotImplementedError("flagos: external events (recorded inside a graph "
-                                      "capture) are not supported: flagos has no graph capture")
+                                      "capture) are not supported")
         return super().__new__(cls, device="flagos", enable_timing=enable_timing,
                                blocking=blocking)
 

@@ -8,6 +8,9 @@
  * stream, exactly as a real device runs a kernel queued on its stream. Kernels then
  * read and write device memory only from the stream, never from the calling thread.
  *
+ * launch_host_func's fn runs once and may free its data; launch_host_task's fn may run
+ * again at each replay of a capture, and its data is released separately.
+ *
  * The struct lives as long as its stream; `struct_size` lets fields be appended.
  *
  * `control` (present when struct_size covers it) is the simulator's test control: fault
@@ -39,6 +42,15 @@ typedef struct flagos_hal_sim_stream {
   flagos_status_t (*launch_host_func)(const struct flagos_hal_sim_stream* self,
                                       void (*fn)(void* data), void* data);
   const flagos_hal_sim_control_t* control; /* the test control, never NULL */
+  /* Queue fn(data) on the stream like launch_host_func, for work that may run more than
+   * once: while the stream captures (flagos_hal.h stream capture), the call is recorded
+   * and fn(data) runs at each replay instead. release(data) (NULL: none) runs exactly once,
+   * when no run of fn can come any more: after the one run, or once the capture and every
+   * replay holding it are destroyed and their queued runs done; also when the call fails.
+   * INVALID_HANDLE for a destroyed stream. Present when struct_size covers it. */
+  flagos_status_t (*launch_host_task)(const struct flagos_hal_sim_stream* self,
+                                      void (*fn)(void* data), void* data,
+                                      void (*release)(void* data));
 } flagos_hal_sim_stream_t;
 
 /*

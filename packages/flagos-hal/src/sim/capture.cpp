@@ -21,7 +21,12 @@ Status Sim::capture_instantiate(CapturedWork& work, Replay& replay) {
   return FLAGOS_SUCCESS;
 }
 
-Status Sim::capture_destroy(CapturedWork&) { return FLAGOS_SUCCESS; }
+// The tasks go now (what they hold is released: host tasks' data, tensors), even where a
+// handle cache still holds the object itself.
+Status Sim::capture_destroy(CapturedWork& work) {
+  work.tasks.clear();
+  return FLAGOS_SUCCESS;
+}
 
 Status Sim::replay_launch(Replay& replay, Stream& s) {
   s.push([tasks = replay.tasks]() mutable {
@@ -30,6 +35,9 @@ Status Sim::replay_launch(Replay& replay, Stream& s) {
   return FLAGOS_SUCCESS;
 }
 
-Status Sim::replay_destroy(Replay&) { return FLAGOS_SUCCESS; }  // queued launches hold copies
+Status Sim::replay_destroy(Replay& replay) {  // queued launches hold copies
+  replay.tasks.clear();
+  return FLAGOS_SUCCESS;
+}
 
 }  // namespace flagos_sim

@@ -60,6 +60,7 @@ void SimStream::run() {
       queue.pop_front();
     }
     task();
+    task = nullptr;  // what it holds is released before the stream counts it done
     std::lock_guard<std::mutex> lock(mu);
     if (pending.fetch_sub(1, std::memory_order_release) == 1) idle.notify_all();
   }
@@ -118,6 +119,25 @@ static Status launch_host_func(const flagos_hal_sim_stream_t* self, void (*fn)(v
   return FLAGOS_SUCCESS;
 }
 
+// sim_runtime.h: fn(data) runs on the stream's worker, now or at each replay of a capture;
+// release(data) runs when the last copy of the task (queued, recorded, replays) is gone.
+static Status launch_host_task(const flagos_hal_sim_stream_t* self, void (*fn)(void*), void* data,
+                               void (*release)(void*)) {
+  struct Held {
+    void* data;
+    void (*release)(void*);
+    ~Held() {
+      if (release) release(data);
+    }
+  };
+  std::shared_ptr<Held> held(new Held{data, release});
+  if (!self || !fn) return kit::fail(FLAGOS_ERROR_INVALID_VALUE, "launch_host_task: NULL argument");
+  SimStream* s = kit::Hal<Sim>::stream(self->stream);
+  if (!s) return kit::fail(FLAGOS_ERROR_INVALID_HANDLE, "launch_host_task: unknown or destroyed stream");
+  s->push([fn, held] { fn(held->data); });
+  return FLAGOS_SUCCESS;
+}
+
 // ---- streams -------------------------------------------------------------------------
 Status Sim::priority_range(int* least, int* greatest) {
   *least = kLeastPriority;
@@ -129,7 +149,7 @@ Status Sim::stream_create(Stream& s) {
   // Default streams (s.is_default) are never destroyed: their worker still waits for work
   // when the process exits.
   s.runtime = {sizeof(flagos_hal_sim_stream_t), kit::Hal<Sim>::handle(s), &launch_host_func,
-               test_control()};
+               test_control(), &launch_host_task};
   s.worker = std::thread([&s] { s.run(); });
   return FLAGOS_SUCCESS;
 }

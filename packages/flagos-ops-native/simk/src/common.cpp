@@ -1,6 +1,7 @@
 // simk: errors, half precision, executors and their launch on the sim stream.
 #include "common.hpp"
 
+#include <cstddef>
 #include <memory>
 
 namespace simk {
@@ -96,6 +97,18 @@ void run_launch(void* data) {
   std::unique_ptr<Launch> launch(static_cast<Launch*>(data));
   launch->executor->run(launch->workspace);
 }
+// With launch_host_task the launch may run again at each replay of a stream capture: it
+// is freed by release_launch, not after a run.
+void rerun_launch(void* data) {
+  auto* launch = static_cast<Launch*>(data);
+  launch->executor->run(launch->workspace);
+}
+void release_launch(void* data) { delete static_cast<Launch*>(data); }
+
+bool has_host_tasks(const flagos_hal_sim_stream_t* s) {
+  return s->struct_size >= offsetof(flagos_hal_sim_stream_t, launch_host_task) +
+                               sizeof(s->launch_host_task) && s->launch_host_task;
+}
 }  // namespace
 
 int32_t execute(void* workspace, uint64_t workspace_size, simkExecutor* executor, void* stream) {
@@ -106,6 +119,11 @@ int32_t execute(void* workspace, uint64_t workspace_size, simkExecutor* executor
   if (!s || s->struct_size < sizeof(flagos_hal_sim_stream_t) || !s->launch_host_func)
     return fail(FLAGOS_NATIVE_INVALID, "stream is not a sim runtime stream (flagos_hal/sim_runtime.h)");
   auto* launch = new Launch{std::move(ex), workspace};
+  if (has_host_tasks(s)) {  // releases `launch` itself, also when it refuses
+    if (s->launch_host_task(s, &rerun_launch, launch, &release_launch) != FLAGOS_SUCCESS)
+      return fail(FLAGOS_NATIVE_FAILED, "the sim stream refused the kernel (destroyed stream?)");
+    return FLAGOS_NATIVE_SUCCESS;
+  }
   if (s->launch_host_func(s, &run_launch, launch) != FLAGOS_SUCCESS) {
     delete launch;
     return fail(FLAGOS_NATIVE_FAILED, "the sim stream refused the kernel (destroyed stream?)");

@@ -29,6 +29,9 @@ class DeviceRoute:
     engine: str | None = None
     """The engine :attr:`provider` runs on (``"twin"``, ``"cpu fallback"``, ``"python"``,
     ``"foreign kernels"``, ``"external"``); None where the core has not registered it."""
+    capture_safe: bool | None = None
+    """Whether :attr:`provider` may run while a graph is captured (``torch.flagos.graph``);
+    None where the core has not registered it."""
 
     @property
     def provider(self) -> str:
@@ -51,6 +54,9 @@ class DeviceRoute:
         lines.append(f"    chain: {' -> '.join(d.chain)}")
         engine = f" ({self.engine} engine)" if self.engine else ""
         lines.append(f"    served by: {self.provider}{engine}")
+        if self.capture_safe is not None:
+            lines.append("    graph capture: " + ("yes" if self.capture_safe else
+                                                   "no (a capture that reaches it fails)"))
         return "\n".join(lines)
 
 
@@ -95,10 +101,12 @@ def explain(op: str) -> Explanation | OpExplanation:
         raise UnknownOpError(op, ops.suggest(op, whole_ops=False))
     version = table.version()
     engines = _state.backend.provider_engines()
+    capture_safe = getattr(_state.backend, "capture_safe", lambda name: None)
 
     def route(index: int | None, hal: str | None) -> DeviceRoute:
         decision = table.decide(op, hal)
-        return DeviceRoute(index, decision, engines.get(decision.chain[0]))
+        first = decision.chain[0]
+        return DeviceRoute(index, decision, engines.get(first), capture_safe(first))
 
     hals = table.device_hals()
     if not hals:

@@ -57,6 +57,12 @@ class Provider:
     name: str = ""
     hals: frozenset[str] | None = None
     is_cpp: bool = False
+    capture_safe: bool = False
+    """Whether a Python provider's calls may be captured into a graph
+    (``torch.flagos.graph``): every call queues all its device work on the current stream,
+    never reads device memory on the host, and queues the same work for the same inputs
+    (autotuning done beforehand). Leave it False otherwise: a capture then stops with an
+    error naming the op and provider. C++ providers are capture-safe by their engine."""
 
     def __init__(self, name: str | None = None, hals: Iterable[str] | None = None) -> None:
         if name is not None:

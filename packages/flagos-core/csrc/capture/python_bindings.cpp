@@ -1,0 +1,50 @@
+#include "capture/python_bindings.h"
+
+#include <pybind11/stl.h>
+
+#include "capture/capture_state.h"
+#include "capture/stream_graph.h"
+#include "router/dispatcher.h"
+#include "runtime/hal.h"
+
+namespace py = pybind11;
+
+namespace flagos {
+
+void bind_stream_graphs(py::module& m) {
+  // The GIL is released around calls that may wait for the device or run the allocator.
+  py::class_<StreamGraph>(m, "_StreamGraph")
+      .def(py::init<bool>(), py::arg("keep_graph") = false)
+      .def(
+          "capture_begin",
+          [](StreamGraph& g, std::optional<std::pair<uint64_t, uint64_t>> pool,
+             const std::string& mode) {
+            c10::MempoolId_t id = pool ? c10::MempoolId_t{pool->first, pool->second}
+                                       : c10::MempoolId_t{0, 0};
+            py::gil_scoped_release no_gil;
+            g.capture_begin(id, mode);
+          },
+          py::arg("pool") = py::none(), py::arg("capture_error_mode") = "default")
+      .def("capture_end", &StreamGraph::capture_end, py::call_guard<py::gil_scoped_release>())
+      .def("instantiate", &StreamGraph::instantiate, py::call_guard<py::gil_scoped_release>())
+      .def("replay", &StreamGraph::replay, py::call_guard<py::gil_scoped_release>())
+      .def("reset", &StreamGraph::reset, py::call_guard<py::gil_scoped_release>())
+      .def("pool", [](const StreamGraph& g) {
+        auto id = g.pool();
+        return std::make_pair(id.first, id.second);
+      })
+      .def("enable_debug_mode", &StreamGraph::enable_debug_mode)
+      .def("debug_dump", &StreamGraph::debug_dump, py::arg("path"));
+  m.def("_graph_pool_handle", [] {
+    auto id = graph_pool_handle();
+    return std::make_pair(id.first, id.second);
+  });
+  m.def("_is_current_stream_capturing", [](int device) {
+    return capture::current_stream_capturing(static_cast<c10::DeviceIndex>(device));
+  });
+  m.def("_register_graph_impl", &register_with_torch);
+  m.def("_set_provider_capture_safe", &set_provider_capture_safe, py::arg("name"), py::arg("safe"));
+  m.def("_provider_capture_safe", &provider_capture_safe, py::arg("name"));
+}
+
+}  // namespace flagos

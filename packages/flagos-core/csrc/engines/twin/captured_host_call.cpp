@@ -1,0 +1,146 @@
+#include "engines/twin/captured_host_call.h"
+
+#include <ATen/core/stack.h>
+#include <ATen/ops/empty_strided.h>
+
+#include <vector>
+
+#include "aten/alias.h"
+#include "capture/capture_state.h"
+#include "capture/host_tasks.h"
+#include "engines/twin/conv_layout.h"
+#include "engines/twin/default_generator.h"
+#include "engines/twin/twin_call.h"
+#include "router/dispatcher.h"
+
+namespace flagos {
+namespace {
+
+constexpr auto kFlagos = c10::DeviceType::PrivateUse1;
+
+bool on_flagos(const at::Tensor& t) { return t.defined() && t.device().type() == kFlagos; }
+
+// `v` with each flagos tensor passed to `f` (lists included) and flagos devices as `device`.
+template <typename F>
+c10::IValue map_tensors(const c10::IValue& v, F f, c10::Device device) {
+  if (v.isTensor()) return on_flagos(v.toTensor()) ? c10::IValue(f(v.toTensor())) : v;
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> out;
+    for (const at::Tensor& t : v.toTensorList()) out.push_back(on_flagos(t) ? f(t) : t);
+    return out;
+  }
+  if (v.isOptionalTensorList()) {
+    c10::List<std::optional<at::Tensor>> out;
+    for (const std::optional<at::Tensor>& t : v.toOptionalTensorList()) {
+      out.push_back(t && on_flagos(*t) ? std::optional<at::Tensor>(f(*t)) : t);
+    }
+    return out;
+  }
+  if (v.isDevice() && v.toDevice().type() == kFlagos) return device;
+  return v;
+}
+
+at::Tensor as_meta(const at::Tensor& t) {
+  return at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta));
+}
+
+at::Tensor as_host(const at::Tensor& t) { return alias_as(t, c10::Device(c10::kCPU)); }
+
+bool writes(const c10::Argument& arg) { return arg.alias_info() && arg.alias_info()->isWrite(); }
+
+}  // namespace
+
+void record_host_twin_call(const c10::OperatorHandle& requested, torch::jit::Stack* stack,
+                           c10::DeviceIndex device) {
+  const c10::OperatorHandle& op = native_equivalent(requested, stack);
+  const std::string name = op_full_name(op);
+  TORCH_CHECK(capture::host_tasks_available(device), "flagos: ", name, " on flagos:", int(device),
+              " cannot be captured: it runs on the host, and the device's streams run no host "
+              "work (flagos_hal/sim_runtime.h launch_host_task)");
+  const auto& arguments = op.schema().arguments();
+  const auto& returns = op.schema().returns();
+  size_t n = arguments.size();
+  std::vector<c10::IValue> args(stack->end() - n, stack->end());
+  torch::jit::drop(*stack, n);
+
+  // What the op returns, without running it: its meta kernel on tensors of the same
+  // geometry. A result that is a written argument (in-place, out=) is that argument.
+  torch::jit::Stack meta;
+  std::vector<at::Tensor> meta_args(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (is_optional_generator(arguments[i])) {
+      meta.emplace_back();
+      continue;
+    }
+    c10::IValue m = map_tensors(args[i], as_meta, c10::Device(c10::kMeta));
+    if (m.isTensor()) meta_args[i] = m.toTensor();
+    meta.push_back(std::move(m));
+  }
+  try {
+    op.callBoxed(&meta);
+  } catch (const c10::Error& e) {
+    TORCH_CHECK(false, "flagos: ", name, " cannot be captured on flagos:", int(device),
+                ": its results' shapes must be known before it runs, and its meta kernel "
+                "failed: ", e.what_without_backtrace());
+  }
+  TORCH_CHECK(meta.size() == returns.size(), "flagos: ", name, " returned ", meta.size(),
+              " values on meta, its schema says ", returns.size());
+  std::vector<c10::IValue> results(returns.size());
+  std::vector<int> fresh;  // results the task copies the kernel's fresh tensors into
+  for (size_t r = 0; r < returns.size(); ++r) {
+    const c10::IValue& m = meta[r];
+    TORCH_CHECK(m.isTensor() || m.isNone() || m.isScalar() || m.isBool() || m.isInt(),
+                "flagos: ", name, " cannot be captured on flagos:", int(device),
+                ": it returns a ", m.tagKind(), ", and a captured host kernel returns tensors");
+    if (!m.isTensor()) {
+      results[r] = m;
+      continue;
+    }
+    const at::Tensor& mt = m.toTensor();
+    int written = -1;
+    for (size_t i = 0; i < n; ++i) {
+      if (meta_args[i].defined() && mt.is_same(meta_args[i]) && writes(arguments[i])) {
+        written = static_cast<int>(i);
+      }
+    }
+    if (written >= 0) {
+      results[r] = args[written];
+      continue;
+    }
+    results[r] = at::empty_strided(mt.sizes(), mt.strides(),
+                                   mt.options().device(c10::Device(kFlagos, device)));
+    fresh.push_back(static_cast<int>(r));
+  }
+
+  // The task holds CPU aliases that keep the flagos storages alive while the graph does.
+  c10::Device cpu(c10::kCPU);
+  std::vector<c10::IValue> host_args;
+  for (size_t i = 0; i < n; ++i) host_args.push_back(map_tensors(args[i], as_host, cpu));
+  std::vector<at::Tensor> host_results(returns.size());
+  for (int r : fresh) host_results[r] = as_host(results[r].toTensor());
+  bool draws = draws_from_default_generator(op);
+  c10::Device twin(c10::kCPU);
+  capture::queue_host_task(device, name, [op, host_args, host_results, fresh, draws, device,
+                                          twin, arguments]() {
+    torch::jit::Stack s;
+    for (size_t i = 0; i < host_args.size(); ++i) {
+      if (is_optional_generator(arguments[i])) {
+        auto gen = twin_generator_for(
+            host_args[i].isNone() ? std::nullopt : std::optional(host_args[i].toGenerator()),
+            device, c10::kCPU);
+        s.push_back(gen ? c10::IValue(*gen) : c10::IValue());
+      } else {
+        s.push_back(host_args[i]);
+      }
+    }
+    {
+      std::optional<DefaultGeneratorLent> rng;
+      if (draws) rng.emplace(device, twin);
+      op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &s);
+    }
+    for (int r : fresh) host_results[r].copy_(s[r].toTensor());
+  });
+  for (auto& v : results) stack->push_back(std::move(v));
+}
+
+}  // namespace flagos

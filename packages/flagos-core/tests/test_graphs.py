@@ -1,0 +1,189 @@
+"""Graph capture and replay (torch.flagos.Graph / graph / make_graphed_callables, and
+torch.accelerator.Graph): replays give eager results, new inputs copied in give new
+results, random ops draw fresh numbers per replay, a freed graph's memory goes back, and
+work that cannot be recorded on a stream fails the capture with the op and provider."""
+
+from __future__ import annotations
+
+import copy
+import gc
+
+import flagos.routing
+import pytest
+import torch
+
+F = torch.flagos
+
+
+def _mlp() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+
+
+def test_forward_replays_eager_results_and_follows_new_inputs(device0):
+    model = _mlp()
+    dev = copy.deepcopy(model).to("flagos")
+    x = torch.randn(8, 16)
+    static_x = x.to("flagos")
+    with torch.no_grad():
+        dev(static_x)  # warm-up outside the capture
+        g = F.Graph()
+        with F.graph(g):
+            static_y = dev(static_x)
+        g.replay()
+        torch.testing.assert_close(static_y.cpu(), model(x))
+        x2 = torch.randn(8, 16)
+        static_x.copy_(x2.to("flagos"))
+        g.replay()
+        torch.testing.assert_close(static_y.cpu(), model(x2))
+
+
+def _train_step(model, opt, x, target):
+    loss = ((model(x) - target) ** 2).mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=False)
+    return loss
+
+
+def test_training_step_replays_match_cpu_steps(device0):
+    cpu_model = _mlp()
+    model = copy.deepcopy(cpu_model).to("flagos")
+    cpu_opt = torch.optim.SGD(cpu_model.parameters(), lr=0.05, momentum=0.9)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    x, target = torch.randn(8, 16), torch.randn(8, 4)
+    static_x, static_t = x.to("flagos"), target.to("flagos")
+    with F.stream(F.Stream()):  # warm-up on a side stream, as torch.cuda documents
+        for _ in range(2):
+            _train_step(model, opt, static_x, static_t)
+            _train_step(cpu_model, cpu_opt, x, target)
+    F.synchronize()
+    g = F.Graph()
+    with F.graph(g):
+        static_loss = _train_step(model, opt, static_x, static_t)
+    for _ in range(3):
+        g.replay()
+        expected = _train_step(cpu_model, cpu_opt, x, target)
+        torch.testing.assert_close(static_loss.cpu(), expected.detach())
+    for p, q in zip(model.parameters(), cpu_model.parameters(), strict=True):
+        torch.testing.assert_close(p.detach().cpu(), q.detach())
+
+
+def test_dropout_differs_between_replays_and_follows_the_seed(device0, sim_only):
+    x = torch.ones(4096, device="flagos")
+    g = F.Graph()
+    with F.graph(g):
+        y = torch.nn.functional.dropout(x, 0.5)
+    torch.manual_seed(7)
+    g.replay()
+    first = y.cpu()
+    g.replay()
+    second = y.cpu()
+    assert not torch.equal(first, second)
+    assert set(first.unique().tolist()) <= {0.0, 2.0}
+    torch.manual_seed(7)
+    g.replay()
+    torch.testing.assert_close(y.cpu(), first)
+
+
+def test_a_freed_graph_gives_its_memory_back(device0):
+    x = torch.ones(1 << 16, device="flagos")
+    F.synchronize()
+    F.empty_cache()
+    reserved, allocated = F.memory_reserved(), F.memory_allocated()
+    g = F.Graph()
+    with F.graph(g):
+        y = (x * 2).sum()
+    assert F.memory_reserved() > reserved
+    g.replay()
+    assert y.item() == 2 * (1 << 16)
+    del y
+    g.reset()
+    del g
+    gc.collect()
+    F.synchronize()
+    F.empty_cache()
+    assert F.memory_allocated() == allocated
+    assert F.memory_reserved() == reserved
+
+
+def test_graphs_share_a_pool(device0):
+    x = torch.ones(64, device="flagos")
+    pool = F.graph_pool_handle()
+    g1, g2 = F.Graph(), F.Graph()
+    with F.graph(g1, pool=pool):
+        a = x + 1
+    with F.graph(g2, pool=g1.pool()):
+        b = a * 3
+    assert g1.pool() == g2.pool() == pool
+    g1.replay()
+    g2.replay()
+    torch.testing.assert_close(b.cpu(), torch.full((64,), 6.0))
+
+
+def test_capture_reaching_the_cpu_fallback_fails_and_the_device_stays_usable(device0):
+    x = torch.ones(8, device="flagos")
+    g = F.Graph()
+    refused = r"aten::mul\.\w+ through provider 'cpu' \(cpu fallback\), which is not capture-safe"
+    with (flagos.routing.override({"aten::mul.out": "cpu", "aten::mul.Tensor": "cpu"}),
+          pytest.raises(RuntimeError, match=refused), F.graph(g)):
+        x * 3
+    assert not F.is_current_stream_capturing()
+    torch.testing.assert_close((x * 3).cpu(), torch.full((8,), 3.0))
+    with F.graph(g):  # the graph captures again after the failed capture
+        y = x + 1
+    g.replay()
+    torch.testing.assert_close(y.cpu(), torch.full((8,), 2.0))
+
+
+def test_reading_device_memory_on_the_host_fails_the_capture(device0):
+    x = torch.ones(8, device="flagos")
+    with pytest.raises(RuntimeError, match="cannot be captured"), F.graph(F.Graph()):
+        (x + 1).sum().item()
+    assert (x + 1).sum().item() == 16
+
+
+def test_the_default_stream_cannot_capture(device0):
+    with pytest.raises(RuntimeError, match="cannot capture the default stream"):
+        F.Graph().capture_begin()
+
+
+def test_explain_says_whether_the_provider_is_capture_safe(device0):
+    text = str(flagos.routing.explain("aten::mm"))
+    assert "graph capture: yes" in text
+    with flagos.routing.override({"aten::mm": "cpu"}):
+        assert "graph capture: no" in str(flagos.routing.explain("aten::mm"))
+
+
+@pytest.mark.skipif(not hasattr(torch.accelerator, "Graph"),
+                    reason="torch.accelerator.Graph needs torch's device-generic graph interface")
+def test_torch_accelerator_graph_runs_on_flagos(device0):
+    x = torch.ones(4, device="flagos")
+    graph = torch.accelerator.Graph()
+    with torch.Stream(device="flagos"), graph:
+        x.add_(1)
+    graph.replay()
+    graph.replay()
+    F.synchronize()
+    torch.testing.assert_close(x.cpu(), torch.full((4,), 3.0))
+
+
+def test_make_graphed_callables_matches_eager_forward_and_backward(device0):
+    cpu_model = _mlp()
+    model = copy.deepcopy(cpu_model).to("flagos")
+    sample = torch.randn(8, 16, device="flagos", requires_grad=True)
+    graphed = F.make_graphed_callables(model, (sample,))
+    for _ in range(2):
+        x = torch.randn(8, 16)
+        xd = x.to("flagos").requires_grad_()
+        xc = x.clone().requires_grad_()
+        out = graphed(xd)
+        ref = cpu_model(xc)
+        torch.testing.assert_close(out.cpu(), ref)
+        out.sum().backward()
+        ref.sum().backward()
+        torch.testing.assert_close(xd.grad.cpu(), xc.grad)
+        for p, q in zip(model.parameters(), cpu_model.parameters(), strict=True):
+            torch.testing.assert_close(p.grad.cpu(), q.grad)
+            p.grad = None
+            q.grad = None
