@@ -6,7 +6,7 @@
 #        report warm kernel-cache routes
 #        cuda-faults nox compile dist profile gems gems-tests gems-bench gems-model gems-sweep zoo zoo-gems native qwen-image
 #        newest
-#        tune tune-tests quant quant-sweep mxfp4 faults
+#        tune tune-tests quant quant-sweep mxfp4 faults graphs
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:-/tmp/flagos-out}; mkdir -p "$OUT"
@@ -244,6 +244,10 @@ print(flagos.routing.explain('aten::mm')); print(flagos.routing.stats())" 2>&1 |
              -p no:cacheprovider --durations=5 packages/flagos-quant/tests 2>&1 | tee "$OUT/quant-tests.log" | tail -15
            FLAGOS_HAL=cuda timeout 400 python3 packages/flagos-quant/benchmarks/quant_bench.py \
              --json "$OUT/quant.json" 2>&1 | tee "$OUT/quant-bench.log" | tail -40 ;;
+    # Graph capture: the decode step (static KV cache) eager and replayed through
+    # torch.flagos.graph (bf16, FP8 weight-only fused), beside torch.cuda.graph on plain CUDA.
+    graphs) step graphs; FLAGOS_HAL=cuda timeout 400 python3 packages/flagos-quant/benchmarks/quant_bench.py \
+             --only graph --json "$OUT/graph-decode.json" 2>&1 | tee "$OUT/graph-decode.log" | tail -20 ;;
     # The packed linear kernels' tile shapes on the GPU's own tensors, against bf16.
     quant-sweep) step quant-sweep; FLAGOS_HAL=cuda timeout 500 python3 packages/flagos-quant/benchmarks/packed_kernel_sweep.py \
              --json "$OUT/packed-sweep.json" 2>&1 | tee "$OUT/packed-sweep.log" | tail -30 ;;

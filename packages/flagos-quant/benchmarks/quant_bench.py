@@ -1,14 +1,16 @@
 """Emulated FP8 / NVFP4 against bf16 and against native FP8, side by side in one run:
 
     FLAGOS_HAL=cuda python packages/flagos-quant/benchmarks/quant_bench.py [--quick] [--json PATH]
-        [--only linear,decode,accuracy]
+        [--only linear,decode,graph,accuracy]
 
 1. linear layers (batch 1 decode and batch 16): bf16 vs FP8 and NVFP4 weights, emulated
    (weight-only, and the format's activation scheme through aten::_scaled_mm routed to
    ``emulation``) and, on a GPU with FP8 units, FP8 through the twin's native
    ``_scaled_mm`` (the same op routed to ``boxing``); native CUDA bf16 / FP8 beside them;
 2. a small Llama's decode step (batch 1, KV cache): bf16 vs FP8 / NVFP4 weights;
-3. accuracy of emulated and native FP8 ``_scaled_mm`` against a float64 reference.
+3. the decode step (static KV cache) eager and replayed from a graph: torch.flagos.graph
+   (bf16, FP8 weight-only fused) beside torch.cuda.graph on plain CUDA;
+4. accuracy of emulated and native FP8 ``_scaled_mm`` against a float64 reference.
 
 Times are medians of calibrated rounds of calls (flagos.bench.timeit); the decode variants
 are timed in interleaved rounds (each round runs every variant), so that they share the
@@ -189,6 +191,96 @@ def bench_decode(cfg: dict, steps: int, prompt: int, rounds: int) -> list[list]:
     return rows
 
 
+@torch.no_grad()
+def bench_graph_decode(cfg: dict, steps: int, prompt: int, rounds: int) -> list[list]:
+    """The decode step (batch 1, a static KV cache so that every step has the same shapes)
+    eager and replayed from a graph: ``torch.flagos.graph`` for bf16 and FP8 weight-only
+    (fused) on flagos, ``torch.cuda.graph`` for bf16 on plain CUDA beside them when the twin
+    is CUDA. A graph's step is the whole token: the forward, the argmax into the next
+    input, the position's increment. Per variant: wall us per token (median of rounds),
+    the eager step's GPU kernel us per token, and whether its tokens equal eager's."""
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(**cfg)
+    base = transformers.LlamaForCausalLM(config).to(torch.bfloat16).eval()
+    ids = torch.randint(3, cfg["vocab_size"], (1, prompt))
+    max_len = prompt + 2 * steps + 8  # the eager tokens, then the profiled steps
+    devices = [("flagos", torch.flagos)] + ([("cuda", torch.cuda)] if _twin_is_cuda() else [])
+    variants = [(dev, api, label, algo) for dev, api in devices
+                for label, algo in [("bf16", None), ("FP8 weight-only, fused", "FP8")]
+                if dev == "flagos" or algo is None]
+    rows = []
+    for dev, api, label, algo in variants:
+        model = transformers.LlamaForCausalLM(config).to(torch.bfloat16).eval()
+        model.load_state_dict(base.state_dict())
+        model = model.to(dev)
+        if algo:
+            quantize_linears(model, algo)
+            set_weight_only(model, True)
+        routes = FUSED if algo and dev == "flagos" else {}
+        with flagos.routing.override(routes):
+            cache = transformers.StaticCache(config=config, max_cache_len=max_len)
+            tok = torch.zeros(1, 1, dtype=torch.long, device=dev)
+            pos = torch.zeros(1, dtype=torch.long, device=dev)
+
+            def prefill(model=model, cache=cache, tok=tok, pos=pos, dev=dev):
+                # the cache keeps its own write position: reset, it starts over in place
+                cache.reset()
+                out = model(ids.to(dev), past_key_values=cache, use_cache=True,
+                            cache_position=torch.arange(prompt, device=dev))
+                tok.copy_(out.logits[:, -1:].argmax(-1))
+                pos.fill_(prompt)
+
+            def step(model=model, cache=cache, tok=tok, pos=pos):
+                o = model(tok, past_key_values=cache, use_cache=True, cache_position=pos)
+                tok.copy_(o.logits[:, -1:].argmax(-1))
+                pos.add_(1)
+
+            prefill()
+            eager_tokens = []
+            for _ in range(steps):  # also the warm-up, on the default stream
+                step()
+                eager_tokens.append(tok.item())
+            gpu = _gpu_us_per_call(step, steps) if dev == "flagos" else None
+            graph = api.CUDAGraph() if dev == "cuda" else api.Graph()
+            side = api.Stream()
+            with api.stream(side):  # warm-up on the capture stream (its library workspaces)
+                prefill()
+                for _ in range(2):
+                    step()
+            api.synchronize()
+            prefill()
+            api.synchronize()
+            with api.graph(graph, stream=side):
+                step()
+            graph_tokens = []
+            for _ in range(steps):
+                graph.replay()
+                graph_tokens.append(tok.item())
+            timed = {"eager": step, "graph": graph.replay}
+            times: dict[str, list[float]] = {k: [] for k in timed}
+            for _ in range(rounds):
+                for kind, fn in timed.items():
+                    prefill()
+                    api.synchronize()
+                    t = time.perf_counter()
+                    for _ in range(steps):
+                        fn()
+                    api.synchronize()
+                    times[kind].append((time.perf_counter() - t) / steps * 1e6)
+        for kind in timed:
+            us = statistics.median(times[kind])
+            case = f"{label}, {kind}" + (" (torch.cuda.graph)" if dev == "cuda" and kind == "graph"
+                                         else "")
+            rows.append([dev if dev == "flagos" else "plain cuda", case, round(us, 1),
+                         "-" if gpu is None else round(gpu, 1),
+                         "-" if gpu is None else round(us / gpu, 3),
+                         "yes" if kind == "eager" or graph_tokens == eager_tokens else "NO"])
+        del graph
+    return rows
+
+
 def _uncached(step):
     def uncached():
         with launch_cache.disabled():
@@ -261,8 +353,8 @@ def main() -> None:
                     help="activation rows of the linear-layer timings (default 1,16)")
     ap.add_argument("--rounds", type=int, default=12,
                     help="rounds of the decode timing, each 8 tokens a variant (default 12)")
-    ap.add_argument("--only", default="linear,decode,accuracy",
-                    help="the tables to run, of linear, decode, accuracy (default all)")
+    ap.add_argument("--only", default="linear,decode,graph,accuracy",
+                    help="the tables to run, of linear, decode, graph, accuracy (default all)")
     args = ap.parse_args()
     only = set(args.only.split(","))
     done: list[Table] = []
@@ -303,11 +395,27 @@ def main() -> None:
                                    "in eager decoding")],
                    plot=Plot("bar", x="case", y=["vs flagos bf16", "GPU time vs bf16"],
                              ylabel="time / bf16 on flagos", reference=1.0))
+    tokens = {"steps": 4 if quick else 8, "prompt": 16 if quick else 64,
+              "rounds": 2 if quick else args.rounds}
     if "decode" in only:
-        for row in bench_decode(cfg, steps=4 if quick else 8, prompt=16 if quick else 64,
-                                rounds=2 if quick else args.rounds):
+        for row in bench_decode(cfg, **tokens):
             decode.add(*row[1:])
         report(decode)
+    graph = Table("quant-graph-decode", "Llama decode step (batch 1, static KV cache) eager and "
+                  "replayed from a graph", ["device", "case", "us per token",
+                                             "GPU kernel us per token", "wall / GPU kernel time",
+                                             "tokens equal eager"],
+                  notes=[*NOTES, ("graph = torch.flagos.graph on flagos, torch.cuda.graph on "
+                                  "plain CUDA: the whole token (forward, argmax, position) "
+                                  "replayed with one call"),
+                         ("GPU kernel us = the eager flagos step's kernels (torch.profiler, "
+                          "CUDA activity)")],
+                  plot=Plot("bar", x="case", y=["wall / GPU kernel time"],
+                            ylabel="wall time / GPU kernel time", reference=1.2))
+    if "graph" in only:
+        for row in bench_graph_decode(cfg, **tokens):
+            graph.add(*row)
+        report(graph)
     acc = Table("quant-accuracy", "FP8 _scaled_mm, emulated and native, vs float64 of the "
                 "same FP8 operands", ["shape", "case", "relative L2 error"], notes=NOTES)
     if "accuracy" in only:

@@ -13,7 +13,15 @@ namespace flagos {
 
 void bind_stream_graphs(py::module& m) {
   // The GIL is released around calls that may wait for the device or run the allocator.
-  py::class_<StreamGraph>(m, "_StreamGraph")
+  // Dropped without the GIL: releasing a graph waits for its queued replays, whose work
+  // may need the GIL to finish.
+  struct ReleaseWithoutGil {
+    void operator()(StreamGraph* g) const {
+      py::gil_scoped_release no_gil;
+      delete g;
+    }
+  };
+  py::class_<StreamGraph, std::unique_ptr<StreamGraph, ReleaseWithoutGil>>(m, "_StreamGraph")
       .def(py::init<bool>(), py::arg("keep_graph") = false)
       .def(
           "capture_begin",

@@ -130,6 +130,9 @@ class DevicePool {
     if (!block && !captures_.empty()) raise_oom(requested);
     if (!block) {
       // Free cached segments, wait for deferred frees, and try once more.
+      lock.unlock();
+      synchronize_device();
+      lock.lock();
       release_cached();
       stats_.num_alloc_retries++;
       block = new_segment(size, small, stream, requested, owner);
@@ -241,6 +244,7 @@ class DevicePool {
   }
 
   void empty_cache() {
+    synchronize_device();
     std::lock_guard<std::mutex> lock(mutex_);
     release_cached();
   }
@@ -296,10 +300,15 @@ class DevicePool {
   // the HAL: its free segments now, the others once their last tensor is freed and the
   // cache is emptied (empty_cache, or an allocation that needs room).
   void release_pool(c10::MempoolId_t id) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = private_pools_.find(id);
+      if (it == private_pools_.end() || --it->second->use_count > 0) return;
+      if (!captures_.empty()) return;  // no waiting for the device now; empty_cache frees it
+    }
+    synchronize_device();  // the pool's replays may still run
     std::lock_guard<std::mutex> lock(mutex_);
-    auto it = private_pools_.find(id);
-    if (it == private_pools_.end() || --it->second->use_count > 0) return;
-    if (captures_.empty()) release_free_private_segments();
+    release_free_private_segments();
   }
 
   void snapshot(std::vector<SegmentSnapshot>& out) {
@@ -501,15 +510,20 @@ class DevicePool {
     }
   }
 
-  void release_cached() {
+  // Deferred frees and queued work must finish before memory goes back to the HAL: the
+  // caller synchronizes the device first, without the lock, since work on the device may
+  // free blocks itself (a host task dropping its tensors takes the lock).
+  void synchronize_device() {
     const auto& d = hal_device(device_);
-    // Deferred frees and queued work must finish before memory goes back to the HAL.
     FLAGOS_HAL_CHECK(*d.lib->table, d.lib->table->device_synchronize(d.local_index));
+  }
+
+  void release_cached() {
     process_events();
     flush_recent();
     free_whole_segments(small_);
     free_whole_segments(large_);
-    release_free_private_segments(/*synchronized=*/true);
+    release_free_private_segments();
   }
 
   // Returns the free blocks of `set` that are whole segments to the HAL (the device must
@@ -533,18 +547,14 @@ class DevicePool {
   }
 
   // The whole free segments of graph pools no graph uses any more go back to the HAL;
-  // a pool without segments is forgotten. The device must be idle for the pools' replays.
-  void release_free_private_segments(bool synchronized = false) {
-    const auto& d = hal_device(device_);
+  // a pool without segments is forgotten. The caller synchronized the device (the pools'
+  // replays).
+  void release_free_private_segments() {
     for (auto pool = private_pools_.begin(); pool != private_pools_.end();) {
       PrivatePool& p = *pool->second;
       if (p.use_count > 0) {
         ++pool;
         continue;
-      }
-      if (!synchronized) {
-        FLAGOS_HAL_CHECK(*d.lib->table, d.lib->table->device_synchronize(d.local_index));
-        synchronized = true;
       }
       free_whole_segments(p.small);
       free_whole_segments(p.large);

@@ -12,6 +12,7 @@
 #include "engines/twin/default_generator.h"
 #include "engines/twin/twin_call.h"
 #include "router/dispatcher.h"
+#include "runtime/resize.h"
 
 namespace flagos {
 namespace {
@@ -45,6 +46,29 @@ at::Tensor as_meta(const at::Tensor& t) {
 }
 
 at::Tensor as_host(const at::Tensor& t) { return alias_as(t, c10::Device(c10::kCPU)); }
+
+// The host arguments a task keeps: flagos tensors as CPU aliases of their memory, other
+// tensors (CPU numbers) copied, constants of the graph as CUDA's scalar arguments are. A
+// task never holds a tensor Python knows: dropping it on the stream's worker would need
+// the GIL, which a thread waiting for the stream may hold.
+c10::IValue host_argument(const c10::IValue& v) {
+  auto host = [](const at::Tensor& t) { return on_flagos(t) ? as_host(t) : t.clone(); };
+  if (v.isTensor()) return v.toTensor().defined() ? c10::IValue(host(v.toTensor())) : v;
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> out;
+    for (const at::Tensor& t : v.toTensorList()) out.push_back(host(t));
+    return out;
+  }
+  if (v.isOptionalTensorList()) {
+    c10::List<std::optional<at::Tensor>> out;
+    for (const std::optional<at::Tensor>& t : v.toOptionalTensorList()) {
+      out.push_back(t && t->defined() ? std::optional<at::Tensor>(host(*t)) : t);
+    }
+    return out;
+  }
+  if (v.isDevice() && v.toDevice().type() == kFlagos) return c10::Device(c10::kCPU);
+  return v;
+}
 
 bool writes(const c10::Argument& arg) { return arg.alias_info() && arg.alias_info()->isWrite(); }
 
@@ -104,6 +128,16 @@ void record_host_twin_call(const c10::OperatorHandle& requested, torch::jit::Sta
       }
     }
     if (written >= 0) {
+      // An out= argument the kernel resizes: resized now, as the kernel will find it.
+      const at::Tensor& t = args[written].toTensor();
+      if (!t.sizes().equals(mt.sizes()) || !t.strides().equals(mt.strides())) {
+        size_t needed = mt.numel() == 0 ? 0
+            : at::detail::computeStorageNbytes(mt.sizes(), mt.strides(), mt.element_size(),
+                                               t.storage_offset());
+        if (needed > t.storage().nbytes()) resize_storage_bytes(t.storage(), needed);
+        t.unsafeGetTensorImpl()->set_sizes_and_strides(mt.sizes(), mt.strides(),
+                                                       t.storage_offset());
+      }
       results[r] = args[written];
       continue;
     }
@@ -113,9 +147,8 @@ void record_host_twin_call(const c10::OperatorHandle& requested, torch::jit::Sta
   }
 
   // The task holds CPU aliases that keep the flagos storages alive while the graph does.
-  c10::Device cpu(c10::kCPU);
   std::vector<c10::IValue> host_args;
-  for (size_t i = 0; i < n; ++i) host_args.push_back(map_tensors(args[i], as_host, cpu));
+  for (size_t i = 0; i < n; ++i) host_args.push_back(host_argument(args[i]));
   std::vector<at::Tensor> host_results(returns.size());
   for (int r : fresh) host_results[r] = as_host(results[r].toTensor());
   bool draws = draws_from_default_generator(op);
