@@ -187,3 +187,53 @@ def test_make_graphed_callables_matches_eager_forward_and_backward(device0):
             torch.testing.assert_close(p.grad.cpu(), q.grad)
             p.grad = None
             q.grad = None
+
+
+def test_a_capturable_adamw_step_with_layer_norm_replays_like_cpu(device0):
+    torch.manual_seed(0)
+    cpu_model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(),
+                                    torch.nn.LayerNorm(32), torch.nn.Linear(32, 4))
+    model = copy.deepcopy(cpu_model).to("flagos")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, capturable=True)
+    cpu_opt = torch.optim.AdamW(cpu_model.parameters(), lr=1e-2)
+    x, target = torch.randn(8, 16), torch.randn(8, 4)
+    static_x, static_t = x.to("flagos"), target.to("flagos")
+
+    def step(m, o, a, b):
+        loss = torch.nn.functional.mse_loss(m(a), b)
+        loss.backward()
+        o.step()
+        o.zero_grad(set_to_none=False)
+        return loss
+
+    side = F.Stream()
+    with F.stream(side):
+        for _ in range(2):
+            step(model, opt, static_x, static_t)
+            step(cpu_model, cpu_opt, x, target)
+    F.synchronize()
+    g = F.Graph()
+    with F.graph(g, stream=side):
+        static_loss = step(model, opt, static_x, static_t)
+    for _ in range(3):
+        g.replay()
+        expected = step(cpu_model, cpu_opt, x, target)
+        torch.testing.assert_close(static_loss.cpu(), expected.detach(), atol=1e-5, rtol=1e-4)
+    for p, q in zip(model.parameters(), cpu_model.parameters(), strict=True):
+        torch.testing.assert_close(p.detach().cpu(), q.detach(), atol=1e-5, rtol=1e-4)
+
+
+def test_views_and_lists_of_results_are_captured(device0):
+    y = torch.arange(12.0, device="flagos").reshape(3, 4)
+    g = F.Graph()
+    with F.graph(g):
+        parts = torch.split(y * 2, 2, dim=1)
+        diagonal = torch.diagonal(y + 0)
+        roots = torch._foreach_sqrt([y, y + 1])
+    y.add_(1)  # after the capture: the replay reads the new values
+    g.replay()
+    expected = torch.arange(12.0).reshape(3, 4) + 1
+    torch.testing.assert_close(torch.cat([p.cpu() for p in parts], dim=1), expected * 2)
+    torch.testing.assert_close(diagonal.cpu(), torch.diagonal(expected))
+    torch.testing.assert_close(roots[0].cpu(), expected.sqrt())
+    torch.testing.assert_close(roots[1].cpu(), (expected + 1).sqrt())

@@ -109,52 +109,69 @@ void record_host_twin_call(const c10::OperatorHandle& requested, torch::jit::Sta
   }
   TORCH_CHECK(meta.size() == returns.size(), "flagos: ", name, " returned ", meta.size(),
               " values on meta, its schema says ", returns.size());
+  // Each returned meta tensor becomes: the written argument it is (resized as the kernel
+  // will resize it), a view of the argument whose storage it shares, or a fresh flagos
+  // tensor the task copies the kernel's result into at every replay.
+  std::vector<at::Tensor> fresh_results;  // in the order the task meets them
+  auto map_result = [&](const at::Tensor& mt) -> at::Tensor {
+    for (size_t i = 0; i < n; ++i) {
+      if (!meta_args[i].defined()) continue;
+      const at::Tensor& t = args[i].toTensor();
+      if (mt.is_same(meta_args[i]) && writes(arguments[i])) {
+        if (!t.sizes().equals(mt.sizes()) || !t.strides().equals(mt.strides())) {
+          size_t needed = mt.numel() == 0 ? 0
+              : at::detail::computeStorageNbytes(mt.sizes(), mt.strides(), mt.element_size(),
+                                                 t.storage_offset());
+          if (needed > t.storage().nbytes()) resize_storage_bytes(t.storage(), needed);
+          t.unsafeGetTensorImpl()->set_sizes_and_strides(mt.sizes(), mt.strides(),
+                                                         t.storage_offset());
+        }
+        return t;
+      }
+      if (mt.storage().is_alias_of(meta_args[i].storage())) {  // a view: the meta input
+        return t.as_strided(mt.sizes(), mt.strides(),  // starts at its storage's offset 0
+                            t.storage_offset() + mt.storage_offset());
+      }
+    }
+    at::Tensor out = at::empty_strided(mt.sizes(), mt.strides(),
+                                       mt.options().device(c10::Device(kFlagos, device)));
+    fresh_results.push_back(out);
+    return out;
+  };
   std::vector<c10::IValue> results(returns.size());
-  std::vector<int> fresh;  // results the task copies the kernel's fresh tensors into
+  std::vector<bool> fresh_slot(returns.size(), false);
   for (size_t r = 0; r < returns.size(); ++r) {
     const c10::IValue& m = meta[r];
-    TORCH_CHECK(m.isTensor() || m.isNone() || m.isScalar() || m.isBool() || m.isInt(),
-                "flagos: ", name, " cannot be captured on flagos:", int(device),
-                ": it returns a ", m.tagKind(), ", and a captured host kernel returns tensors");
-    if (!m.isTensor()) {
+    if (m.isTensor()) {
+      size_t before = fresh_results.size();
+      results[r] = map_result(m.toTensor());
+      fresh_slot[r] = fresh_results.size() > before;
+    } else if (m.isTensorList()) {
+      c10::List<at::Tensor> list;
+      size_t before = fresh_results.size();
+      for (const at::Tensor& mt : m.toTensorList()) list.push_back(map_result(mt));
+      TORCH_CHECK(fresh_results.size() == before || fresh_results.size() == before + list.size(),
+                  "flagos: ", name, " cannot be captured on flagos:", int(device),
+                  ": it returns a list mixing its arguments and new tensors");
+      fresh_slot[r] = fresh_results.size() > before;
+      results[r] = list;
+    } else {
+      TORCH_CHECK(m.isNone() || m.isScalar() || m.isBool() || m.isInt(), "flagos: ", name,
+                  " cannot be captured on flagos:", int(device), ": it returns a ", m.tagKind(),
+                  ", and a captured host kernel returns tensors");
       results[r] = m;
-      continue;
     }
-    const at::Tensor& mt = m.toTensor();
-    int written = -1;
-    for (size_t i = 0; i < n; ++i) {
-      if (meta_args[i].defined() && mt.is_same(meta_args[i]) && writes(arguments[i])) {
-        written = static_cast<int>(i);
-      }
-    }
-    if (written >= 0) {
-      // An out= argument the kernel resizes: resized now, as the kernel will find it.
-      const at::Tensor& t = args[written].toTensor();
-      if (!t.sizes().equals(mt.sizes()) || !t.strides().equals(mt.strides())) {
-        size_t needed = mt.numel() == 0 ? 0
-            : at::detail::computeStorageNbytes(mt.sizes(), mt.strides(), mt.element_size(),
-                                               t.storage_offset());
-        if (needed > t.storage().nbytes()) resize_storage_bytes(t.storage(), needed);
-        t.unsafeGetTensorImpl()->set_sizes_and_strides(mt.sizes(), mt.strides(),
-                                                       t.storage_offset());
-      }
-      results[r] = args[written];
-      continue;
-    }
-    results[r] = at::empty_strided(mt.sizes(), mt.strides(),
-                                   mt.options().device(c10::Device(kFlagos, device)));
-    fresh.push_back(static_cast<int>(r));
   }
 
   // The task holds CPU aliases that keep the flagos storages alive while the graph does.
   std::vector<c10::IValue> host_args;
   for (size_t i = 0; i < n; ++i) host_args.push_back(host_argument(args[i]));
-  std::vector<at::Tensor> host_results(returns.size());
-  for (int r : fresh) host_results[r] = as_host(results[r].toTensor());
+  std::vector<at::Tensor> host_results;
+  for (const at::Tensor& t : fresh_results) host_results.push_back(as_host(t));
   bool draws = draws_from_default_generator(op);
   c10::Device twin(c10::kCPU);
-  capture::queue_host_task(device, name, [op, host_args, host_results, fresh, draws, device,
-                                          twin, arguments]() {
+  capture::queue_host_task(device, name, [op, host_args, host_results, fresh_slot, draws,
+                                          device, twin, arguments]() {
     torch::jit::Stack s;
     for (size_t i = 0; i < host_args.size(); ++i) {
       if (is_optional_generator(arguments[i])) {
@@ -171,7 +188,15 @@ void record_host_twin_call(const c10::OperatorHandle& requested, torch::jit::Sta
       if (draws) rng.emplace(device, twin);
       op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &s);
     }
-    for (int r : fresh) host_results[r].copy_(s[r].toTensor());
+    size_t k = 0;  // the fresh results, in the order map_result made them
+    for (size_t r = 0; r < fresh_slot.size(); ++r) {
+      if (!fresh_slot[r]) continue;
+      if (s[r].isTensor()) {
+        host_results[k++].copy_(s[r].toTensor());
+      } else {
+        for (const at::Tensor& t : s[r].toTensorList()) host_results[k++].copy_(t);
+      }
+    }
   });
   for (auto& v : results) stack->push_back(std::move(v));
 }
