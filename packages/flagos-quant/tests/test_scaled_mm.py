@@ -4,6 +4,7 @@ that kernel exists (tensorwise, rowwise)."""
 
 from __future__ import annotations
 
+import flagos
 import pytest
 import torch
 import torch.nn.functional as F
@@ -160,3 +161,22 @@ def test_route_to_the_twin_kernel_instead(stats) -> None:
     native = torch._scaled_mm(a, w.t(), sa, sw, out_dtype=torch.bfloat16)
     assert_matches_cpu(got, native)
     assert calls("aten::_scaled_mm", "emulation") == 0
+
+
+@pytest.mark.skipif(flagos.get_device_properties(0).hal != "sim",
+                    reason="the graph's ops run as host tasks on the sim (docs/graphs.md)")
+def test_emulated_scaled_mm_is_captured_and_replayed(stats) -> None:
+    # emulation is capture-safe: its routed ops are recorded like any other.
+    a, sa = quantize_fp8(_rand(M, K))
+    w, sw = quantize_fp8(_rand(N, K, seed=1))
+    da, dw, dsa, dsw = _flagos(a, w, sa, sw)
+    graph = torch.flagos.Graph()
+    with torch.flagos.graph(graph):
+        out = torch._scaled_mm(da, dw.t(), dsa, dsw, out_dtype=torch.bfloat16)
+    assert calls("aten::_scaled_mm", "emulation") == 1
+    a2, sa2 = quantize_fp8(_rand(M, K, seed=3))
+    da.copy_(a2.to("flagos"))
+    dsa.copy_(sa2.to("flagos"))
+    graph.replay()
+    want = _reference(dequantize_fp8(a2, sa2), dequantize_fp8(w, sw))
+    torch.testing.assert_close(out.cpu(), want)

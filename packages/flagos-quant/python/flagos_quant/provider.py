@@ -37,6 +37,9 @@ class EmulationProvider(Provider):
     and the packed linear ops on every HAL."""
 
     name = "emulation"
+    # Every call runs routed flagos ops only (each checked itself while a graph is
+    # captured) and reads nothing on the host.
+    capture_safe = True
 
     def serves(self, op: str) -> bool:
         return op in SERVED
