@@ -26,13 +26,14 @@ def test_native_kernels_are_captured_and_replayed(native_first):
 
 
 def test_python_numbers_are_constants_of_the_graph(native_first):
-    # A Python number reaches a binary kernel as a one-element device tensor: in a capture
-    # its value is copied from pinned memory the graph keeps, at every replay.
+    # A Python number reaches a binary kernel as a one-element device tensor, and a fill on
+    # opaque memory is a copy from the host: in a capture both copy from pinned memory the
+    # graph keeps, at every replay.
     x = torch.randn(64)
     dx = x.to("flagos")
     g = torch.flagos.Graph()
     with torch.flagos.graph(g):
-        out = dx * 0.5 + 2.0
+        out = dx * 0.5 + torch.full((64,), 2.0, device="flagos")  # a fill on opaque memory
     assert calls("aten::mul", "native") == 1 and calls("aten::add", "native") == 1
     for _ in range(2):
         g.replay()

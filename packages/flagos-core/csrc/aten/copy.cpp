@@ -183,14 +183,8 @@ void copy_cpu_to_flagos(const at::Tensor& src, const at::Tensor& dst, bool non_b
   if (src.unsafeGetTensorImpl()->is_wrapped_number() && dst.numel() == 1 &&
       capture::current_stream_capturing(device)) {
     // A Python number moved to the device inside a capture is a constant of the graph, as a
-    // scalar kernel argument is: its value is taken now, into pinned memory the graph keeps,
-    // and the recorded copy reads it at every replay.
-    at::Tensor value = src.to(dst.scalar_type());
-    c10::DataPtr pinned = pinned_host_allocator()->allocate(value.nbytes());
-    std::memcpy(pinned.get(), value.data_ptr(), value.nbytes());
-    hal_copy(device, span_base(dst), pinned.get(), value.nbytes(), FLAGOS_MEMCPY_HOST_TO_DEVICE,
-             true, pinned.get());
-    capture::keep_alive(current_stream(device), std::move(pinned));
+    // scalar kernel argument is: its value is taken now.
+    copy_constant_in_capture(src.to(dst.scalar_type()), dst);
     return;
   }
   if (!async_pinned && host_addressable(device)) {
@@ -224,6 +218,20 @@ void copy_with_twin(const at::Tensor& src, const at::Tensor& dst, bool src_is_fl
 }
 
 }  // namespace
+
+void copy_constant_in_capture(const at::Tensor& value, const at::Tensor& dst) {
+  auto device = dst.device().index();
+  TORCH_CHECK(dst.is_contiguous() && value.scalar_type() == dst.scalar_type() &&
+                  value.numel() == dst.numel(),
+              "flagos: writing a constant into a non-contiguous flagos:", int(device),
+              " tensor cannot be captured; make it contiguous");
+  at::Tensor host = value.contiguous();
+  c10::DataPtr pinned = pinned_host_allocator()->allocate(host.nbytes());
+  std::memcpy(pinned.get(), host.data_ptr(), host.nbytes());
+  hal_copy(device, dst.data_ptr(), pinned.get(), host.nbytes(), FLAGOS_MEMCPY_HOST_TO_DEVICE,
+           true, pinned.get());
+  capture::keep_alive(current_stream(device), std::move(pinned));
+}
 
 // Bytes [first, last) of the storage that `t`'s elements touch, as offsets.
 std::pair<size_t, size_t> byte_span(const at::Tensor& t) {

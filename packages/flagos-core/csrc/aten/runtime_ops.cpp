@@ -157,6 +157,10 @@ at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
   }
   auto host = at::empty(self.sizes(), at::TensorOptions().dtype(self.scalar_type()));
   host.fill_(value);
+  if (capture::current_stream_capturing(device)) {  // opaque memory: a recorded copy
+    copy_constant_in_capture(host, self);
+    return self;
+  }
   copy_from(host, self, false);
   return self;
 }
