@@ -237,3 +237,16 @@ def test_views_and_lists_of_results_are_captured(device0):
     torch.testing.assert_close(diagonal.cpu(), torch.diagonal(expected))
     torch.testing.assert_close(roots[0].cpu(), expected.sqrt())
     torch.testing.assert_close(roots[1].cpu(), (expected + 1).sqrt())
+
+
+def test_a_graph_captures_on_the_current_device(two_devices):
+    for device in (1, 0):
+        with F.device(device):
+            x = torch.ones(4, device="flagos")
+            g = F.Graph()
+            with F.graph(g):
+                y = x * 2
+            x.fill_(3.0)  # the replay reads it: the work was captured, not run
+            g.replay()
+            assert y.device == torch.device("flagos", device)
+            torch.testing.assert_close(y.cpu(), torch.full((4,), 6.0))

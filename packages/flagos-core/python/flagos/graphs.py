@@ -86,24 +86,31 @@ class Graph(_C._StreamGraph):
         super().debug_dump(debug_path)
 
 
+_capture_streams: dict[int, torch.Stream] = {}
+
+
+def _default_capture_stream() -> torch.Stream:
+    """The side stream captures use by default on the current device (one per device)."""
+    device = torch.flagos.current_device()
+    if device not in _capture_streams:
+        _capture_streams[device] = torch.flagos.Stream(device)
+    return _capture_streams[device]
+
+
 class graph:
     """Context manager that captures the block's flagos work into ``flagos_graph``.
 
     As ``torch.cuda.graph``: the device is synchronized and the allocator's cache emptied
-    first; the block runs on ``stream`` (default: a side stream shared by all captures);
-    ``pool`` shares another graph's memory. If the block raises, the partial capture is
-    dropped and the graph can capture again.
+    first; the block runs on ``stream`` (default: a side stream of the current device,
+    shared by all captures on it); ``pool`` shares another graph's memory. If the block
+    raises, the partial capture is dropped and the graph can capture again.
     """
-
-    default_capture_stream: torch.flagos.Stream | None = None
 
     def __init__(self, flagos_graph: Graph, pool: PoolHandle | None = None,
                  stream: torch.Stream | None = None,
                  capture_error_mode: CaptureErrorMode = "global") -> None:
         if stream is None:
-            if graph.default_capture_stream is None:
-                graph.default_capture_stream = torch.flagos.Stream()
-            stream = graph.default_capture_stream
+            stream = _default_capture_stream()
         self.flagos_graph = flagos_graph
         self.pool = pool
         self.capture_stream = stream
@@ -180,9 +187,7 @@ def make_graphed_callables(callables: Any, sample_args: Any, num_warmup_iters: i
     # initialization and autograd's accumulation nodes happen here, on the stream the
     # capture then records (a node of another stream would join it by events).
     torch.flagos.synchronize()
-    if graph.default_capture_stream is None:
-        graph.default_capture_stream = torch.flagos.Stream()
-    with torch.flagos.stream(graph.default_capture_stream):
+    with torch.flagos.stream(_default_capture_stream()):
         for func, args, static_inputs in zip(callables, sample_args, per_callable_static_inputs,
                                              strict=True):
             for _ in range(num_warmup_iters):
