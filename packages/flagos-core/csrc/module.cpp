@@ -70,6 +70,13 @@ py::list hal_info() {
     h["version"] = std::string(version ? version : "");
     h["abi_version"] = flagos_hal::version_string(lib.table->abi_version);
     h["device_count"] = count;
+    // The optional extensions it has (all or none of each, flagos_hal.h).
+    py::list extensions;
+    const flagos_hal_table_t* t = lib.table;
+    if (FLAGOS_HAL_HAS(t, graph_destroy)) extensions.append("graph runtime");
+    if (FLAGOS_HAL_HAS(t, module_unload)) extensions.append("kernels");
+    if (FLAGOS_HAL_HAS(t, replay_destroy)) extensions.append("stream capture");
+    h["extensions"] = extensions;
     out.append(h);
   }
   return out;

@@ -77,6 +77,9 @@ def format_info(info: dict[str, Any]) -> str:
     for i, h in enumerate(info["hals"]):
         out.append(f"  [{i}] {h['name']} {h['version']} (ABI {h['abi_version']}), "
                    f"{h['device_count']} device(s): {h['path']}")
+        out.append("      extensions: " + (", ".join(h.get("extensions", [])) or "none")
+                   + (" (torch.flagos.Graph)" if "stream capture" in h.get("extensions", [])
+                      else ""))
     if not info["hals"]:
         out.append("  none loaded")
     out += ["", "Devices:"]
