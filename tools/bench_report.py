@@ -178,6 +178,17 @@ def summary(machines: dict[str, list[dict]]) -> list[str]:
                 if isinstance(row.get(col), (int, float)):
                     add(f"FP8-weight decode step (batch 1), fused emulation / bf16: {what}",
                         machine, row[col], "<= 1", "quant-decode")
+    for machine, t in _tables(machines, "quant-graph-decode"):
+        if machine == "sim":  # a smoke run there: no GPU kernel time, no plain CUDA
+            continue
+        for row in (dict(zip(t["columns"], r)) for r in t["rows"]):
+            if row.get("device") != "flagos" or not row.get("case", "").endswith("graph"):
+                continue
+            for col, what, goal in (("wall / GPU kernel time", "wall / GPU kernel time", "<= 1.2"),
+                                    ("vs torch.cuda.graph", "flagos / torch.cuda.graph", "<= 1.05")):
+                if isinstance(row.get(col), (int, float)):
+                    add(f"decode step replayed by torch.flagos.graph ({row['case']}): {what}",
+                        machine, row[col], goal, "quant-graph-decode")
     for machine, t in _tables(machines, "allreduce"):
         big = [r[t["columns"].index("ratio")] for r in t["rows"] if r[0] >= (64 << 20)]
         if big:

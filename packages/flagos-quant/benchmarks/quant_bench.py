@@ -278,6 +278,10 @@ def bench_graph_decode(cfg: dict, steps: int, prompt: int, rounds: int) -> list[
                          "-" if gpu is None else round(us / gpu, 3),
                          "yes" if kind == "eager" or graph_tokens == eager_tokens else "NO"])
         del graph
+    cuda_graph = [r[2] for r in rows if r[0] == "plain cuda" and "graph" in r[1]]
+    for r in rows:  # each flagos graph beside the same model's torch.cuda.graph
+        r.insert(5, round(r[2] / cuda_graph[0], 3) if cuda_graph and r[0] == "flagos" and
+                 r[1].endswith("graph") else "-")
     return rows
 
 
@@ -404,7 +408,7 @@ def main() -> None:
     graph = Table("quant-graph-decode", "Llama decode step (batch 1, static KV cache) eager and "
                   "replayed from a graph", ["device", "case", "us per token",
                                              "GPU kernel us per token", "wall / GPU kernel time",
-                                             "tokens equal eager"],
+                                             "vs torch.cuda.graph", "tokens equal eager"],
                   notes=[*NOTES, ("graph = torch.flagos.graph on flagos, torch.cuda.graph on "
                                   "plain CUDA: the whole token (forward, argmax, position) "
                                   "replayed with one call"),
