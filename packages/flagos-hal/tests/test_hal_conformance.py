@@ -141,9 +141,9 @@ def test_new_vendor_scaffold_builds_and_passes(tmp_path):
     lib = target / "flagos_hal_acme_npu" / "lib" / "libflagos_hal_acme_npu.so"
     r = conformance("--hal", str(lib), "--json")
     results = json.loads(r.stdout)["results"]
-    # A scaffolded HAL has no graph runtime, kernel extension or stream capture (all
-    # optional): their checks skip, all others pass.
-    optional = ("graph_", "kernel_", "module_", "launch_kernel", "capture_")
+    # A scaffolded HAL has no graph runtime, kernel extension, stream capture or host tasks
+    # (all optional): their checks skip, all others pass.
+    optional = ("graph_", "kernel_", "module_", "launch_kernel", "capture_", "host_tasks")
     want = {x["check"]: "SKIP" if x["check"].startswith(optional) else "PASS" for x in results}
     assert r.returncode == 0 and {x["check"]: x["result"] for x in results} == want, r.stdout + r.stderr
     assert len(results) == len(CHECKS) and results[0]["detail"].startswith("acme_npu / ")

@@ -2,9 +2,6 @@
 
 #include <c10/util/Exception.h>
 
-#include <cstddef>
-
-#include "flagos_hal/sim_runtime.h"
 #include "runtime/hal.h"
 #include "runtime/hal_raise.h"
 #include "runtime/stream.h"
@@ -29,32 +26,21 @@ void run_task(void* data) {
 
 void release_task(void* data) { delete static_cast<HostTask*>(data); }
 
-const flagos_hal_sim_stream_t* runtime_stream(c10::DeviceIndex device) {
-  if (native_device_of(device) != FLAGOS_NATIVE_CPU) return nullptr;
-  const auto& t = hal_of(device);
-  if (!FLAGOS_HAL_HAS(&t, stream_get_native_handle)) return nullptr;
-  void* handle = nullptr;
-  if (t.stream_get_native_handle(hal_stream(current_stream(device)), &handle) != FLAGOS_SUCCESS ||
-      !handle) {
-    return nullptr;
-  }
-  auto* rs = static_cast<const flagos_hal_sim_stream_t*>(handle);
-  bool has_tasks = rs->struct_size >= offsetof(flagos_hal_sim_stream_t, launch_host_task) +
-                                          sizeof(rs->launch_host_task) &&
-                   rs->launch_host_task;
-  return has_tasks ? rs : nullptr;
-}
-
 }  // namespace
 
-bool host_tasks_available(c10::DeviceIndex device) { return runtime_stream(device) != nullptr; }
+bool host_tasks_available(c10::DeviceIndex device) {
+  return FLAGOS_HAL_HAS(&hal_of(device), stream_launch_host_task);
+}
 
 void queue_host_task(c10::DeviceIndex device, std::string what, std::function<void()> task) {
-  const flagos_hal_sim_stream_t* rs = runtime_stream(device);
-  TORCH_CHECK(rs, "flagos: flagos:", int(device), "'s streams run no host work (", what, ")");
+  const auto& hal = hal_of(device);
+  TORCH_CHECK(FLAGOS_HAL_HAS(&hal, stream_launch_host_task), "flagos: ", what, " on flagos:",
+              int(device), " runs on the host, and its HAL '", hal_device(device).lib->name,
+              "' runs no host work on a stream (stream_launch_host_task, flagos_hal.h ABI 1.4)");
   auto* held = new HostTask{std::move(what), std::move(task)};
-  flagos_status_t st = rs->launch_host_task(rs, &run_task, held, &release_task);  // owns `held`
-  if (st != FLAGOS_SUCCESS) FLAGOS_HAL_RAISE(hal_of(device), st, "launch_host_task");
+  flagos_status_t st = hal.stream_launch_host_task(hal_stream(current_stream(device)), &run_task,
+                                                   held, &release_task);  // releases `held`
+  if (st != FLAGOS_SUCCESS) FLAGOS_HAL_RAISE(hal, st, "stream_launch_host_task");
 }
 
 }  // namespace capture

@@ -1,9 +1,8 @@
-// Host work queued on a flagos stream, for devices whose memory the host addresses (a HAL
-// whose native device is the CPU, as the simulated device): the stream's worker runs it in
-// order with the stream's kernels and copies, and a capture records it, so the CPU kernels
-// that serve such a device (the twin engine on a CPU twin, fills, copies) become part of a
-// graph instead of running on the calling thread. The stream's native handle is then a
-// flagos_hal_sim_stream_t (flagos_hal/sim_runtime.h) with launch_host_task.
+// Host work queued on a flagos stream through the HAL's host tasks (flagos_hal.h ABI 1.4,
+// stream_launch_host_task), for devices whose memory the host addresses (the simulated
+// device): it runs in order with the stream's kernels and copies, and a capture records
+// it, so the CPU kernels that serve such a device (the twin engine on a CPU twin, fills,
+// copies) become part of a graph instead of running on the calling thread.
 #pragma once
 
 #include <c10/core/Device.h>
@@ -14,7 +13,7 @@
 namespace flagos {
 namespace capture {
 
-// Whether the current stream of flagos:`device` runs host tasks.
+// Whether flagos:`device`'s HAL runs host tasks.
 bool host_tasks_available(c10::DeviceIndex device);
 
 // Queues `task` on the current stream of flagos:`device` (recorded while it captures: then

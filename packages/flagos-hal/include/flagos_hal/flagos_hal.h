@@ -33,6 +33,12 @@
  * compiler built; this one repeats a stream's own work. A HAL that has it fills in all of
  * them; check with FLAGOS_HAL_HAS(table, replay_launch).
  *
+ * ABI 1.4 appends the optional host tasks (stream_launch_host_task): host work queued on a
+ * stream in order with its kernels and copies, and recorded by a capture like them. A HAL
+ * whose device memory the host addresses (FLAGOS_NATIVE_CPU) needs it for the CPU kernels
+ * that serve such a device to become part of a captured graph; check with
+ * FLAGOS_HAL_HAS(table, stream_launch_host_task).
+ *
  * Conventions.
  *  - Every function returns a flagos_status_t; results come back through
  *    out-parameters, which are left untouched on failure.
@@ -55,7 +61,7 @@ extern "C" {
 #endif
 
 #define FLAGOS_HAL_ABI_MAJOR 1u
-#define FLAGOS_HAL_ABI_MINOR 3u
+#define FLAGOS_HAL_ABI_MINOR 4u
 #define FLAGOS_HAL_ABI_VERSION ((FLAGOS_HAL_ABI_MAJOR << 16) | FLAGOS_HAL_ABI_MINOR)
 #define FLAGOS_HAL_ENTRY_SYMBOL "flagos_hal_get_table"
 
@@ -367,6 +373,16 @@ typedef struct flagos_hal_table {
   flagos_status_t (*replay_launch)(flagos_replay_t replay, flagos_stream_t stream);
   /* Release a replay once its queued launches have finished. */
   flagos_status_t (*replay_destroy)(flagos_replay_t replay);
+  /* ---- host tasks (ABI 1.4, optional: NULL when the HAL runs no host work on a stream) --
+   * Queue fn(data) on `stream`, after the work queued so far; the stream's later work runs
+   * after it returns. While the stream captures, the call is recorded instead, and
+   * fn(data) runs at each replay of the capture. release(data) (NULL: none) runs exactly
+   * once, when no run of fn can come any more: after its one run, or once the capture and
+   * every replay holding it are destroyed and their queued runs are done; also when the
+   * call fails. fn runs on a thread of the HAL's and must not wait for its own stream.
+   * A destroyed stream is INVALID_HANDLE, a NULL fn INVALID_VALUE. */
+  flagos_status_t (*stream_launch_host_task)(flagos_stream_t stream, void (*fn)(void* data),
+                                             void* data, void (*release)(void* data));
   /* Add new functions here, after the last one, and bump FLAGOS_HAL_ABI_MINOR. */
 } flagos_hal_table_t;
 

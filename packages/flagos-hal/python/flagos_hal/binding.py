@@ -169,6 +169,9 @@ _cstr_p = ctypes.POINTER(ctypes.c_char_p)
 _u, _i, _sz = ctypes.c_uint, ctypes.c_int, ctypes.c_size_t
 
 # The table, in header order: (field, argument types). Every function returns a status.
+# fn(data) and release(data) of stream_launch_host_task.
+HOST_TASK_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
 TABLE_FUNCTIONS: list[tuple[str, list]] = [
     ("get_name", [_cstr_p]),
     ("get_version", [_cstr_p]),
@@ -229,6 +232,8 @@ TABLE_FUNCTIONS: list[tuple[str, list]] = [
     ("capture_destroy", [_vp]),
     ("replay_launch", [_vp, _vp]),
     ("replay_destroy", [_vp]),
+    # ABI 1.4: the optional host tasks.
+    ("stream_launch_host_task", [_vp, HOST_TASK_FN, _vp, HOST_TASK_FN]),
 ]
 
 # The functions of the graph runtime (ABI 1.1): a HAL has all of them or none.
@@ -239,7 +244,9 @@ KERNEL_FUNCTIONS = ["kernel_get_formats", "kernel_get_target", "module_load", "m
 # The functions of the stream capture (ABI 1.3): a HAL has all of them or none.
 CAPTURE_FUNCTIONS = ["stream_begin_capture", "stream_end_capture", "stream_is_capturing",
                      "capture_instantiate", "capture_destroy", "replay_launch", "replay_destroy"]
-OPTIONAL_FUNCTIONS = GRAPH_FUNCTIONS + KERNEL_FUNCTIONS + CAPTURE_FUNCTIONS
+# The host tasks (ABI 1.4): one function.
+HOST_TASK_FUNCTIONS = ["stream_launch_host_task"]
+OPTIONAL_FUNCTIONS = GRAPH_FUNCTIONS + KERNEL_FUNCTIONS + CAPTURE_FUNCTIONS + HOST_TASK_FUNCTIONS
 
 
 class Table(ctypes.Structure):

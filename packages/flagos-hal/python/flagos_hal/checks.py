@@ -20,6 +20,7 @@ from flagos_hal.binding import (
     EVENT_BLOCKING_SYNC,
     EVENT_DISABLE_TIMING,
     GRAPH_FUNCTIONS,
+    HOST_TASK_FUNCTIONS,
     KERNEL_FUNCTIONS,
     OPTIONAL_FUNCTIONS,
     TABLE_FUNCTIONS,
@@ -196,13 +197,15 @@ def _identity(hal: Hal):
 @check("abi_table", devices=0)
 def _abi_table(hal: Hal):
     """ABI major matches, the table is complete, every function pointer is set (the optional
-    graph runtime, kernel extension and stream capture: all of their functions or none)."""
+    graph runtime, kernel extension and stream capture: all of their functions or none;
+    host tasks: one function)."""
     expect(hal.abi_version >> 16 == ABI_MAJOR, f"ABI {version_string(hal.abi_version)}")
     missing = [name for name, _ in TABLE_FUNCTIONS if not hal.has(name) and name not in OPTIONAL_FUNCTIONS]
     expect(not missing, f"NULL functions in the table: {', '.join(missing)}")
     extensions = []
     for what, functions in (("graph runtime", GRAPH_FUNCTIONS), ("kernel extension", KERNEL_FUNCTIONS),
-                            ("stream capture", CAPTURE_FUNCTIONS)):
+                            ("stream capture", CAPTURE_FUNCTIONS),
+                            ("host tasks", HOST_TASK_FUNCTIONS)):
         present = [name for name in functions if hal.has(name)]
         expect(not present or len(present) == len(functions),
                f"a partial {what}: {', '.join(present)} set, the others NULL")
@@ -861,4 +864,4 @@ def _last_error(hal: Hal):
 
 # The optional graph runtime's and kernel extension's checks register themselves here,
 # after the ones above.
-from flagos_hal import capture_checks, graph_checks, kernel_checks  # noqa: F401
+from flagos_hal import capture_checks, graph_checks, host_task_checks, kernel_checks  # noqa: F401

@@ -151,6 +151,10 @@ struct Sim : kit::VendorDefaults {
   static Status graph_destroy(Graph& g);
   FLAGOS_HAL_KIT_KERNEL_CALLS()  // the kernel extension (kit/kernels.hpp; kernels.cpp)
   FLAGOS_HAL_KIT_CAPTURE_CALLS()  // the stream capture (kit/capture.hpp; capture.cpp)
+  // host tasks (ABI 1.4; stream.cpp): fn(data) on the stream's worker, recorded while it
+  // captures; the data released with the last copy of the task
+  static Status stream_launch_host_task(Stream& s, void (*fn)(void*), void* data,
+                                        void (*release)(void*));
 };
 
 }  // namespace flagos_sim

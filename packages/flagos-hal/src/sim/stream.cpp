@@ -119,10 +119,11 @@ static Status launch_host_func(const flagos_hal_sim_stream_t* self, void (*fn)(v
   return FLAGOS_SUCCESS;
 }
 
-// sim_runtime.h: fn(data) runs on the stream's worker, now or at each replay of a capture;
-// release(data) runs when the last copy of the task (queued, recorded, replays) is gone.
-static Status launch_host_task(const flagos_hal_sim_stream_t* self, void (*fn)(void*), void* data,
-                               void (*release)(void*)) {
+// flagos_hal.h stream_launch_host_task: fn(data) runs on the stream's worker, now or at each
+// replay of a capture; release(data) runs when the last copy of the task (queued,
+// recorded, replays) is gone.
+Status Sim::stream_launch_host_task(Stream& s, void (*fn)(void*), void* data,
+                                    void (*release)(void*)) {
   struct Held {
     void* data;
     void (*release)(void*);
@@ -131,11 +132,18 @@ static Status launch_host_task(const flagos_hal_sim_stream_t* self, void (*fn)(v
     }
   };
   std::shared_ptr<Held> held(new Held{data, release});
-  if (!self || !fn) return kit::fail(FLAGOS_ERROR_INVALID_VALUE, "launch_host_task: NULL argument");
-  SimStream* s = kit::Hal<Sim>::stream(self->stream);
-  if (!s) return kit::fail(FLAGOS_ERROR_INVALID_HANDLE, "launch_host_task: unknown or destroyed stream");
-  s->push([fn, held] { fn(held->data); });
+  s.push([fn, held] { fn(held->data); });
   return FLAGOS_SUCCESS;
+}
+
+// sim_runtime.h: the same, for the sim's kernel libraries, through the native handle.
+static Status launch_host_task(const flagos_hal_sim_stream_t* self, void (*fn)(void*), void* data,
+                               void (*release)(void*)) {
+  if (!self) {
+    if (release) release(data);
+    return kit::fail(FLAGOS_ERROR_INVALID_VALUE, "launch_host_task: NULL argument");
+  }
+  return kit::Hal<Sim>::table()->stream_launch_host_task(self->stream, fn, data, release);
 }
 
 // ---- streams -------------------------------------------------------------------------

@@ -79,8 +79,8 @@ void record_host_twin_call(const c10::OperatorHandle& requested, torch::jit::Sta
   const c10::OperatorHandle& op = native_equivalent(requested, stack);
   const std::string name = op_full_name(op);
   TORCH_CHECK(capture::host_tasks_available(device), "flagos: ", name, " on flagos:", int(device),
-              " cannot be captured: it runs on the host, and the device's streams run no host "
-              "work (flagos_hal/sim_runtime.h launch_host_task)");
+              " cannot be captured: it runs on the host, and the device's HAL runs no host "
+              "work on a stream (stream_launch_host_task, flagos_hal.h ABI 1.4)");
   const auto& arguments = op.schema().arguments();
   const auto& returns = op.schema().returns();
   size_t n = arguments.size();

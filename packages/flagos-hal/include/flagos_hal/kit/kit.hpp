@@ -183,6 +183,7 @@ FLAGOS_KIT_DETECT(HasDeviceSynchronize, V::device_synchronize(0))
 FLAGOS_KIT_DETECT(HasPointerAttributes,
                   V::pointer_attributes(nullptr, static_cast<flagos_pointer_attributes_t*>(nullptr)))
 FLAGOS_KIT_DETECT(HasIntercept, V::intercept(Op::kMalloc))
+FLAGOS_KIT_DETECT(HasHostTasks, &V::stream_launch_host_task)
 #undef FLAGOS_KIT_DETECT
 
 // Entry F as the table calls it: an exception (a vendor's, or std::bad_alloc from the
@@ -786,6 +787,21 @@ class Hal {
     *device = s->device;
     return FLAGOS_SUCCESS;
   }
+  // ABI 1.4's optional host tasks, for a vendor class that defines
+  // stream_launch_host_task(Stream&, fn, data, release). Every refusal releases the data.
+  static Status stream_launch_host_task(flagos_stream_t stream, void (*fn)(void*), void* data,
+                                        void (*release)(void*)) {
+    auto refused = [&](Status st) {
+      if (release) release(data);
+      return st;
+    };
+    if (!fn) return refused(null_arg("stream_launch_host_task", "fn"));
+    Stream* s = stream_of(stream);
+    if (!s) return refused(bad_stream("stream_launch_host_task"));
+    Status st = activate(s->device);
+    if (st != FLAGOS_SUCCESS) return refused(st);
+    return V::stream_launch_host_task(*s, fn, data, release);
+  }
   static Status stream_get_native_handle(flagos_stream_t stream, void** handle) {
     if (!handle) return null_arg("stream_get_native_handle", "handle");
     Stream* s = stream_of(stream);
@@ -938,6 +954,9 @@ class Hal {
       t.capture_destroy = detail::Guarded<&C::destroy_capture>::call;
       t.replay_launch = detail::Guarded<&C::launch>::call;
       t.replay_destroy = detail::Guarded<&C::destroy_replay>::call;
+    }
+    if constexpr (detail::HasHostTasks<V>::value) {  // the optional host tasks (ABI 1.4)
+      t.stream_launch_host_task = detail::Guarded<&stream_launch_host_task>::call;
     }
     return t;
   }
