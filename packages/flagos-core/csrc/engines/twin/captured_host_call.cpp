@@ -21,19 +21,19 @@ constexpr auto kFlagos = c10::DeviceType::PrivateUse1;
 
 bool on_flagos(const at::Tensor& t) { return t.defined() && t.device().type() == kFlagos; }
 
-// `v` with each flagos tensor passed to `f` (lists included) and flagos devices as `device`.
+// `v` with each defined tensor passed to `f` (lists included) and flagos devices as `device`.
 template <typename F>
 c10::IValue map_tensors(const c10::IValue& v, F f, c10::Device device) {
-  if (v.isTensor()) return on_flagos(v.toTensor()) ? c10::IValue(f(v.toTensor())) : v;
+  if (v.isTensor()) return v.toTensor().defined() ? c10::IValue(f(v.toTensor())) : v;
   if (v.isTensorList()) {
     c10::List<at::Tensor> out;
-    for (const at::Tensor& t : v.toTensorList()) out.push_back(on_flagos(t) ? f(t) : t);
+    for (const at::Tensor& t : v.toTensorList()) out.push_back(f(t));
     return out;
   }
   if (v.isOptionalTensorList()) {
     c10::List<std::optional<at::Tensor>> out;
     for (const std::optional<at::Tensor>& t : v.toOptionalTensorList()) {
-      out.push_back(t && on_flagos(*t) ? std::optional<at::Tensor>(f(*t)) : t);
+      out.push_back(t && t->defined() ? std::optional<at::Tensor>(f(*t)) : t);
     }
     return out;
   }
@@ -41,34 +41,19 @@ c10::IValue map_tensors(const c10::IValue& v, F f, c10::Device device) {
   return v;
 }
 
+// A flagos tensor's geometry on meta, for the op's meta kernel; other tensors as they are.
 at::Tensor as_meta(const at::Tensor& t) {
+  if (!on_flagos(t)) return t;
   return at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta));
 }
 
 at::Tensor as_host(const at::Tensor& t) { return alias_as(t, c10::Device(c10::kCPU)); }
 
-// The host arguments a task keeps: flagos tensors as CPU aliases of their memory, other
-// tensors (CPU numbers) copied, constants of the graph as CUDA's scalar arguments are. A
-// task never holds a tensor Python knows: dropping it on the stream's worker would need
-// the GIL, which a thread waiting for the stream may hold.
-c10::IValue host_argument(const c10::IValue& v) {
-  auto host = [](const at::Tensor& t) { return on_flagos(t) ? as_host(t) : t.clone(); };
-  if (v.isTensor()) return v.toTensor().defined() ? c10::IValue(host(v.toTensor())) : v;
-  if (v.isTensorList()) {
-    c10::List<at::Tensor> out;
-    for (const at::Tensor& t : v.toTensorList()) out.push_back(host(t));
-    return out;
-  }
-  if (v.isOptionalTensorList()) {
-    c10::List<std::optional<at::Tensor>> out;
-    for (const std::optional<at::Tensor>& t : v.toOptionalTensorList()) {
-      out.push_back(t && t->defined() ? std::optional<at::Tensor>(host(*t)) : t);
-    }
-    return out;
-  }
-  if (v.isDevice() && v.toDevice().type() == kFlagos) return c10::Device(c10::kCPU);
-  return v;
-}
+// What a task keeps of a tensor argument: a flagos tensor as a CPU alias of its memory,
+// another tensor (a CPU number) copied, a constant of the graph as CUDA's scalar arguments
+// are. A task never holds a tensor Python knows: dropping it on the stream's worker would
+// need the GIL, which a thread waiting for the stream may hold.
+at::Tensor host_argument(const at::Tensor& t) { return on_flagos(t) ? as_host(t) : t.clone(); }
 
 bool writes(const c10::Argument& arg) { return arg.alias_info() && arg.alias_info()->isWrite(); }
 
@@ -165,7 +150,9 @@ void record_host_twin_call(const c10::OperatorHandle& requested, torch::jit::Sta
 
   // The task holds CPU aliases that keep the flagos storages alive while the graph does.
   std::vector<c10::IValue> host_args;
-  for (size_t i = 0; i < n; ++i) host_args.push_back(host_argument(args[i]));
+  for (size_t i = 0; i < n; ++i) {
+    host_args.push_back(map_tensors(args[i], host_argument, c10::Device(c10::kCPU)));
+  }
   std::vector<at::Tensor> host_results;
   for (const at::Tensor& t : fresh_results) host_results.push_back(as_host(t));
   bool draws = draws_from_default_generator(op);
