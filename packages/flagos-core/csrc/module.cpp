@@ -76,6 +76,7 @@ py::list hal_info() {
     if (FLAGOS_HAL_HAS(t, graph_destroy)) extensions.append("graph runtime");
     if (FLAGOS_HAL_HAS(t, module_unload)) extensions.append("kernels");
     if (FLAGOS_HAL_HAS(t, replay_destroy)) extensions.append("stream capture");
+    if (FLAGOS_HAL_HAS(t, stream_launch_host_task)) extensions.append("host tasks");
     h["extensions"] = extensions;
     out.append(h);
   }

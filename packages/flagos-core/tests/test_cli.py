@@ -19,7 +19,7 @@ def test_info_text(capsys):
         assert "extensions: " + (", ".join(h["extensions"]) or "none") in out
     sim = [h for h in flagos._C._hal_info() if h["name"] == "sim"]
     if sim:  # the sim has every optional extension
-        assert sim[0]["extensions"] == ["graph runtime", "kernels", "stream capture"]
+        assert sim[0]["extensions"] == ["graph runtime", "kernels", "stream capture", "host tasks"]
     for i in range(torch.flagos.device_count()):
         assert f"flagos:{i}  {torch.flagos.get_device_name(i)}" in out
     assert "memory:" in out and "MiB total" in out

@@ -68,9 +68,8 @@ bool detail::is_capturing_slow(const c10::Stream& stream) {
   return std::find(streams.begin(), streams.end(), stream) != streams.end();
 }
 
-bool current_stream_capturing(c10::DeviceIndex device) {
-  if (detail::g_underway.load(std::memory_order_relaxed) == 0) return false;
-  return detail::is_capturing_slow(current_stream(device));
+bool detail::current_stream_capturing_slow(c10::DeviceIndex device) {
+  return is_capturing_slow(current_stream(device));
 }
 
 void refuse(const std::string& what, c10::DeviceIndex device) {

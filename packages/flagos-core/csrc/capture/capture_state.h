@@ -6,11 +6,11 @@
 
 #include <c10/core/Stream.h>
 
+#include <c10/core/Allocator.h>
+
 #include <atomic>
 #include <string>
 #include <vector>
-
-#include <c10/core/Allocator.h>
 
 namespace flagos {
 namespace capture {
@@ -18,6 +18,7 @@ namespace capture {
 namespace detail {
 extern std::atomic<int> g_underway;
 bool is_capturing_slow(const c10::Stream& stream);
+bool current_stream_capturing_slow(c10::DeviceIndex device);
 }  // namespace detail
 
 void begin(const c10::Stream& stream);
@@ -28,8 +29,12 @@ inline bool is_capturing(const c10::Stream& stream) {
   return detail::g_underway.load(std::memory_order_relaxed) > 0 &&
          detail::is_capturing_slow(stream);
 }
-// Whether the current stream of flagos:`device` captures now.
-bool current_stream_capturing(c10::DeviceIndex device);
+// Whether the current stream of flagos:`device` captures now: on every routed op, so one
+// relaxed load inline while no stream captures.
+inline bool current_stream_capturing(c10::DeviceIndex device) {
+  return detail::g_underway.load(std::memory_order_relaxed) > 0 &&
+         detail::current_stream_capturing_slow(device);
+}
 
 // Keeps `t` alive as long as the graph the capture on `stream` becomes (host memory a
 // recorded copy reads at every replay); take_kept hands them to the graph at its end.

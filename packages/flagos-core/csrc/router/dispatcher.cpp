@@ -13,10 +13,10 @@
 
 #include "aten/alias.h"
 #include "engines/cpu/cpu_engine.h"
+#include "capture/capture_state.h"
 #include "engines/python/python_engine.h"
 #include "engines/twin/twin_engine.h"
 #include "router/op_clock.h"
-#include "capture/capture_state.h"
 #include "runtime/device_activity.h"
 #include "runtime/hal.h"
 
