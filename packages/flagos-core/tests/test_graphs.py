@@ -250,3 +250,48 @@ def test_a_graph_captures_on_the_current_device(two_devices):
             g.replay()
             assert y.device == torch.device("flagos", device)
             torch.testing.assert_close(y.cpu(), torch.full((4,), 6.0))
+
+
+def _needs_cuda_twin() -> None:
+    twin = flagos.twin_device(0)
+    if twin is None or twin.type != "cuda":
+        pytest.skip("needs the CUDA twin (boxing on the cuda HAL)")
+
+
+def test_cuda_twin_temporaries_stay_in_a_graph_pool_of_their_own(device0):
+    # The twin's kernels take temporaries from PyTorch's CUDA allocator: during the capture
+    # it serves them from a graph pool, so CUDA tensors made between replays never take
+    # memory the replays write.
+    _needs_cuda_twin()
+    from flagos import graphs
+
+    torch.manual_seed(0)
+    x, w = torch.randn(64, 256), torch.randn(256, 256)
+    dx, dw = x.to("flagos"), w.to("flagos")
+    expected = torch.softmax(x @ w, dim=-1).sum(0)
+    g = F.Graph()
+    with flagos.routing.override({"aten::mm": "boxing", "aten::_softmax": "boxing",
+                                  "aten::sum.dim_IntList": "boxing"}), F.graph(g):
+        y = torch.softmax(dx @ dw, dim=-1).sum(0)
+    assert len(graphs._twin_cuda_pools._pools) == 1
+    churn = [torch.full((1 << 18,), 7.0, device="cuda") for _ in range(16)]
+    for _ in range(2):
+        g.replay()
+        torch.testing.assert_close(y.cpu(), expected, rtol=1e-4, atol=1e-3)
+        assert all(bool((c == 7.0).all()) for c in churn)
+    del churn, y
+    g.reset()
+    del g
+    gc.collect()
+    assert not graphs._twin_cuda_pools._pools
+
+
+def test_random_ops_on_the_cuda_twin_fail_the_capture_by_name(device0):
+    _needs_cuda_twin()
+    x = torch.ones(64, device="flagos")
+    with (flagos.routing.override({"aten::native_dropout": "boxing"}),
+          pytest.raises(RuntimeError, match=r"aten::native_dropout \(a random op\) on the cuda twin"),
+          F.graph(F.Graph())):
+        torch.nn.functional.dropout(x, 0.5)
+    assert not F.is_current_stream_capturing()
+    assert (x * 2).sum().item() == 128

@@ -4,12 +4,31 @@
 
 #include "capture/capture_state.h"
 #include "capture/stream_graph.h"
+#include "capture/twin_allocator_hooks.h"
 #include "router/dispatcher.h"
 #include "runtime/hal.h"
 
 namespace py = pybind11;
 
 namespace flagos {
+namespace {
+
+// A Python callable as a twin allocator hook: called with the GIL, as (device, (a, b)); a
+// copy of the hook copies a shared pointer only, so no GIL is needed to pass it around.
+std::function<void(c10::DeviceIndex, c10::MempoolId_t)> python_hook(py::object f) {
+  if (f.is_none()) return nullptr;
+  std::shared_ptr<py::object> held(new py::object(std::move(f)), [](py::object* p) {
+    py::gil_scoped_acquire gil;
+    delete p;
+  });
+  return [held](c10::DeviceIndex device, c10::MempoolId_t pool) {
+    if (!Py_IsInitialized()) return;  // a graph outliving the interpreter
+    py::gil_scoped_acquire gil;
+    (*held)(int(device), std::make_pair(pool.first, pool.second));
+  };
+}
+
+}  // namespace
 
 void bind_stream_graphs(py::module& m) {
   // The GIL is released around calls that may wait for the device or run the allocator.
@@ -51,6 +70,14 @@ void bind_stream_graphs(py::module& m) {
     return capture::current_stream_capturing(static_cast<c10::DeviceIndex>(device));
   });
   m.def("_register_graph_impl", &register_with_torch);
+  m.def(
+      "_set_twin_allocator_hooks",
+      [](py::object begin_allocate, py::object end_allocate, py::object release) {
+        capture::set_twin_allocator_hooks({python_hook(std::move(begin_allocate)),
+                                           python_hook(std::move(end_allocate)),
+                                           python_hook(std::move(release))});
+      },
+      py::arg("begin_allocate"), py::arg("end_allocate"), py::arg("release"));
   m.def("_set_provider_capture_safe", &set_provider_capture_safe, py::arg("name"), py::arg("safe"));
   m.def("_provider_capture_safe", &provider_capture_safe, py::arg("name"));
 }

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "capture/capture_state.h"
+#include "capture/twin_allocator_hooks.h"
 #include "runtime/allocator.h"
 #include "runtime/hal.h"
 #include "runtime/hal_raise.h"
@@ -66,9 +67,19 @@ void StreamGraph::capture_begin(c10::MempoolId_t pool, const std::string& mode) 
   begin_allocate_to_pool(device, id, stream.id());
   pool_ = id;
   holds_pool_ = true;
+  try {
+    capture::twin_begin_allocate(device, id);
+  } catch (...) {
+    end_allocate_to_pool(device, id);
+    throw;  // reset() gives the pool back
+  }
   flagos_status_t st = hal().stream_begin_capture(hal_stream(stream));
   if (st != FLAGOS_SUCCESS) {
     end_allocate_to_pool(device, id);
+    capture::twin_end_allocate(device, id);
+    capture::twin_release(device, id);
+    holds_pool_ = false;
+    release_pool(device, id);
     FLAGOS_HAL_RAISE(hal(), st, "stream_begin_capture");
   }
   capture::begin(stream);
@@ -85,6 +96,7 @@ void StreamGraph::capture_end() {
   capture::end(stream);
   host_inputs_ = capture::take_kept(stream);
   end_allocate_to_pool(device_, pool_);
+  capture::twin_end_allocate(device_, pool_);
   flagos_capture_t captured = nullptr;
   flagos_status_t st = hal().stream_end_capture(hal_stream(stream), &captured);
   if (st != FLAGOS_SUCCESS) FLAGOS_HAL_RAISE(hal(), st, "stream_end_capture");
@@ -124,6 +136,7 @@ void StreamGraph::reset() {
     capture::end(stream);
     capture::take_kept(stream);
     end_allocate_to_pool(device_, pool_);
+    capture::twin_end_allocate(device_, pool_);
     flagos_capture_t captured = nullptr;
     if (hal().stream_end_capture(hal_stream(stream), &captured) == FLAGOS_SUCCESS && captured) {
       hal().capture_destroy(captured);
@@ -141,6 +154,7 @@ void StreamGraph::reset() {
   if (holds_pool_) {
     holds_pool_ = false;
     release_pool(device_, pool_);
+    capture::twin_release(device_, pool_);
   }
 }
 

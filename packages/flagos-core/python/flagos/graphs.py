@@ -86,6 +86,53 @@ class Graph(_C._StreamGraph):
         super().debug_dump(debug_path)
 
 
+class _TwinCudaPools:
+    """The CUDA twin's side of a graph's memory (boxing): kernels of PyTorch's CUDA twin
+    take their temporaries from PyTorch's CUDA allocator, so while a flagos graph captures,
+    that allocator serves the twin device from a graph pool of its own (the pools
+    ``torch.cuda.graph`` uses), one per flagos pool and held as long as it: a temporary
+    freed during the capture then never serves another tensor while the graph may replay.
+    All of the twin device's allocations go there during the capture, the autograd
+    thread's included, as the capture may record any of them."""
+
+    def __init__(self) -> None:
+        self._pools: dict[tuple[int, tuple[int, int]], list] = {}  # -> [cuda pool, users]
+
+    @staticmethod
+    def _twin(device: int) -> int | None:
+        if _C._twin_device(device) != "cuda":
+            return None
+        return int(_C._device_properties(device)["native_device_index"])
+
+    def begin_allocate(self, device: int, pool: tuple[int, int]) -> None:
+        index = self._twin(device)
+        if index is None:
+            return
+        entry = self._pools.get((device, pool))
+        if entry is None:
+            entry = self._pools[(device, pool)] = [torch.cuda.graph_pool_handle(), 0]
+        torch._C._cuda_beginAllocateToPool(index, entry[0])
+        entry[1] += 1
+
+    def end_allocate(self, device: int, pool: tuple[int, int]) -> None:
+        entry = self._pools.get((device, pool))
+        if entry is not None:
+            torch._C._cuda_endAllocateToPool(self._twin(device), entry[0])
+
+    def release(self, device: int, pool: tuple[int, int]) -> None:
+        entry = self._pools.get((device, pool))
+        if entry is None:
+            return
+        entry[1] -= 1
+        torch._C._cuda_releasePool(self._twin(device), entry[0])
+        if entry[1] == 0:
+            del self._pools[(device, pool)]
+
+
+_twin_cuda_pools = _TwinCudaPools()
+_C._set_twin_allocator_hooks(_twin_cuda_pools.begin_allocate, _twin_cuda_pools.end_allocate,
+                             _twin_cuda_pools.release)
+
 _capture_streams: dict[int, torch.Stream] = {}
 
 

@@ -353,7 +353,9 @@ typedef struct flagos_hal_table {
    * default stream). While it captures, a call that would wait for it or ask about its work
    * (stream_query, stream_synchronize, device_synchronize of its device, a wait on work
    * outside the capture) fails with INVALID_VALUE and invalidates the capture: its
-   * stream_end_capture then fails too, and the stream no longer captures. */
+   * stream_end_capture then fails too, and the stream no longer captures. malloc and
+   * host_malloc stay legal meanwhile, on any thread (a graph's memory grows during its
+   * capture); they are not recorded. */
   /* Start recording the work queued on `stream`. A stream already capturing, or a default
    * stream, is INVALID_VALUE. */
   flagos_status_t (*stream_begin_capture)(flagos_stream_t stream);

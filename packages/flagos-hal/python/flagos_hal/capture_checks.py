@@ -162,3 +162,35 @@ def _capture_refusals(hal: Hal):
     except HalError as e:
         raise AssertionError(f"the stream is unusable after its captures: {e}") from e
     return "default stream, twice, unbegun, 3 waits, destroy, stale handles"
+
+
+@check("capture_allocates")
+def _capture_allocates(hal: Hal):
+    """The thread that captures may allocate device and pinned host memory meanwhile (a
+    graph's memory pool grows during its capture): the allocations succeed, are not part
+    of the capture, and captured work may use them; the capture still ends and replays."""
+    _needs_capture(hal)
+    stream = hal.stream_create(0)
+    src = hal.malloc(0, N)
+    hal.write(src, bytes(range(256)) * (N // 256))
+    hal.begin_capture(stream)
+    try:
+        dst = hal.malloc(0, N)
+        pinned = hal.host_malloc(N)
+    except HalError as e:
+        hal.end_capture(stream)
+        raise AssertionError(f"allocating while this thread captures failed: {e}") from e
+    hal.memcpy_async(dst, src, N, D2D, stream)
+    capture = hal.end_capture(stream)
+    replay = hal.instantiate(capture)
+    hal.memset(dst, 0, N)
+    hal.replay(replay, stream)
+    hal.stream_synchronize(stream)
+    expect(hal.read(dst, N) == hal.read(src, N), "a replay did not fill memory allocated during its capture")
+    hal.replay_destroy(replay)
+    hal.capture_destroy(capture)
+    hal.host_free(pinned)
+    for p in (src, dst):
+        hal.free(0, p)
+    hal.stream_destroy(stream)
+    return "device and pinned host memory allocated while capturing"

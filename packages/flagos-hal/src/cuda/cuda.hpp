@@ -52,6 +52,7 @@ constexpr int CU_DEVICE_ATTRIBUTE_WARP_SIZE = 10;
 constexpr int CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97;
 constexpr int CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
 constexpr int CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1;  // CUstreamCaptureMode
+constexpr int CU_STREAM_CAPTURE_MODE_RELAXED = 2;
 
 // Every driver entry point: X(name, parameter list). Versioned names are the ones cuda.h
 // maps to; the legacy-default-stream variants, never _ptds/_ptsz.
@@ -112,6 +113,8 @@ struct Driver {
   CUresult (*cuGetErrorName)(CUresult, const char**) = nullptr;         // optional
   // The offset and size of a kernel's parameter (CUDA 12.4 and later; optional).
   CUresult (*cuFuncGetParamInfo)(CUfunction, size_t, size_t*, size_t*) = nullptr;
+  // This thread's stream capture mode, swapped (optional: every driver since CUDA 10.1).
+  CUresult (*cuThreadExchangeStreamCaptureMode)(int*) = nullptr;
 };
 extern Driver driver;  // resolved by Cuda::open
 

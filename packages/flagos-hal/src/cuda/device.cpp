@@ -69,6 +69,7 @@ Status Cuda::open(int* device_count) {
   lib.resolve_any(driver.cuEventElapsedTime, {"cuEventElapsedTime_v2", "cuEventElapsedTime"});
   lib.resolve_optional(driver.cuGetErrorName, "cuGetErrorName");
   lib.resolve_optional(driver.cuFuncGetParamInfo, "cuFuncGetParamInfo");
+  lib.resolve_optional(driver.cuThreadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode");
   FLAGOS_KIT_TRY(lib.complete("an NVIDIA driver"));
   if (driver.cuDriverGetVersion(&g_driver_version) != CUDA_SUCCESS) g_driver_version = 0;
   CUresult r = driver.cuInit(0);

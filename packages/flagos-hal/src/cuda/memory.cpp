@@ -16,6 +16,28 @@ Status alloc_fail(CUresult r, const char* fn, const std::string& what) {
   return r == CUDA_ERROR_INVALID_VALUE ? FLAGOS_ERROR_OUT_OF_MEMORY : st;
 }
 
+// Allocating is a "potentially unsafe" call that would invalidate a capture this thread
+// runs (thread-local mode): core's allocator takes new segments for a graph's private pool
+// during its capture. The allocation is not part of the graph (a replay allocates nothing),
+// so it runs in relaxed mode, as PyTorch's CUDA allocator does; freeing never happens
+// while capturing (the allocator defers it).
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode() {
+    if (driver.cuThreadExchangeStreamCaptureMode &&
+        driver.cuThreadExchangeStreamCaptureMode(&mode_) == CUDA_SUCCESS) swapped_ = true;
+  }
+  ~RelaxedCaptureMode() {
+    if (swapped_) driver.cuThreadExchangeStreamCaptureMode(&mode_);
+  }
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  int mode_ = CU_STREAM_CAPTURE_MODE_RELAXED;
+  bool swapped_ = false;
+};
+
 }  // namespace
 
 Status Cuda::mem_get_info(int, size_t* free_bytes, size_t* total_bytes) {
@@ -25,6 +47,7 @@ Status Cuda::mem_get_info(int, size_t* free_bytes, size_t* total_bytes) {
 
 Status Cuda::malloc(int device, size_t size, void** ptr) {
   CUdeviceptr p = 0;
+  RelaxedCaptureMode relaxed;
   CUresult r = driver.cuMemAlloc_v2(&p, size);
   if (r != CUDA_SUCCESS) {
     return alloc_fail(r, "cuMemAlloc_v2", std::to_string(size) + " bytes on device " + std::to_string(device));
@@ -41,6 +64,7 @@ Status Cuda::free(int, void* ptr, size_t) {
 // Portable: usable from every device's context.
 Status Cuda::host_malloc(size_t size, void** ptr) {
   FLAGOS_KIT_TRY(use_any_context());
+  RelaxedCaptureMode relaxed;
   CUresult r = driver.cuMemHostAlloc(ptr, size, CU_MEMHOSTALLOC_PORTABLE);
   if (r != CUDA_SUCCESS) return alloc_fail(r, "cuMemHostAlloc", std::to_string(size) + " bytes of pinned host memory");
   return FLAGOS_SUCCESS;

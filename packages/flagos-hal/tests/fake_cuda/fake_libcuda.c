@@ -32,7 +32,7 @@ enum {
 typedef struct ctx { int device; } ctx_t;
 /* Work a capturing stream recorded: a copy, a memset or a kernel launch. */
 typedef struct op op_t;
-typedef struct stream { ctx_t* ctx; int priority; int capturing; op_t* ops; int nops; } stream_t;
+typedef struct stream { ctx_t* ctx; int priority; int capturing; int strict; op_t* ops; int nops; } stream_t;
 typedef struct event { ctx_t* ctx; unsigned flags; int recorded; double ms; } event_t;
 typedef struct alloc { uintptr_t base; size_t size; int device; int host; } alloc_t;
 
@@ -42,6 +42,11 @@ static size_t g_used[MAX_DEVICES];
 static alloc_t g_allocs[MAX_ALLOCS];
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static __thread ctx_t* t_ctx;
+/* As the driver: while this thread captures in global or thread-local mode, it may not
+ * allocate unless it swapped its own mode to relaxed (cuThreadExchangeStreamCaptureMode). */
+static __thread int t_capture_mode; /* CU_STREAM_CAPTURE_MODE_GLOBAL */
+static __thread int t_strict_captures;
+static int allocation_refused(void) { return t_strict_captures > 0 && t_capture_mode != 2; }
 
 static double now_ms(void) {
   struct timespec ts;
@@ -123,6 +128,7 @@ CUresult cuMemGetInfo_v2(size_t* f, size_t* t) {
 #ifndef FAKE_CUDA_TOO_OLD
 CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t size) {
   if (!t_ctx) return INVALID_CONTEXT;
+  if (allocation_refused()) return CAPTURE_UNSUPPORTED;
   if (size == 0) return INVALID_VALUE;
   pthread_mutex_lock(&g_mu);
   CUresult r = OUT_OF_MEMORY;
@@ -156,6 +162,7 @@ CUresult cuMemFree_v2(CUdeviceptr p) {
 CUresult cuMemHostAlloc(void** p, size_t size, unsigned flags) {
   (void)flags;
   if (!t_ctx) return INVALID_CONTEXT;
+  if (allocation_refused()) return CAPTURE_UNSUPPORTED;
   if (size == 0 || size > (1ull << 40) || posix_memalign(p, 4096, size) != 0) return OUT_OF_MEMORY;
   pthread_mutex_lock(&g_mu);
   CUresult r = add(*p, size, -1, 1);
@@ -315,12 +322,20 @@ CUresult cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, stream_t* st)
   else run(&op);
   return OK;
 }
+CUresult cuThreadExchangeStreamCaptureMode(int* mode) {
+  int old = t_capture_mode;
+  t_capture_mode = *mode;
+  *mode = old;
+  return OK;
+}
 CUresult cuStreamBeginCapture_v2(stream_t* s, int mode) {
   CUresult r = stream_ctx(s);
   if (r != OK) return r;
   if (!s || mode < 0 || mode > 2) return CAPTURE_UNSUPPORTED; /* the legacy stream cannot */
   if (s->capturing) return ILLEGAL_STATE;
   s->capturing = 1;
+  s->strict = mode != 2;
+  t_strict_captures += s->strict;
   s->ops = NULL;
   s->nops = 0;
   return OK;
@@ -332,6 +347,8 @@ CUresult cuStreamEndCapture(stream_t* s, graph_t** g) {
   *g = malloc(sizeof **g);
   **g = (graph_t){s->ctx, s->ops, s->nops};
   s->capturing = 0;
+  t_strict_captures -= s->strict;
+  s->strict = 0;
   s->ops = NULL;
   s->nops = 0;
   return OK;
