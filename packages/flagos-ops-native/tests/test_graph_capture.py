@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from flagos.provider_api import route_ops_as_themselves
 from route_stats import calls
 
 
@@ -29,6 +30,10 @@ def test_python_numbers_are_constants_of_the_graph(native_first):
     # A Python number reaches a binary kernel as a one-element device tensor, and a fill on
     # opaque memory is a copy from the host: in a capture both copy from pinned memory the
     # graph keeps, at every replay.
+    # The number is copied in by the runtime, never by aten::_to_copy or aten::copy_: a
+    # provider may route those as themselves (FlagGems does, as here), and without a twin
+    # their only server is the CPU fallback.
+    route_ops_as_themselves(["aten::_to_copy", "aten::copy_"])
     x = torch.randn(64)
     dx = x.to("flagos")
     g = torch.flagos.Graph()
