@@ -100,7 +100,9 @@ def plot(table: dict, machine: str, run: dict, path: Path) -> bool:
         labels = [str(r[xi]) for r in table["rows"]]
         width = 0.8 / max(1, len(ys))
         for k, c in enumerate(ys):
-            vals = [r[cols.index(c)] for r in table["rows"]]
+            # A row without the measure ("-": not measured there) gets no bar.
+            vals = [v if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan
+                    for v in (r[cols.index(c)] for r in table["rows"])]
             ax.bar([i + (k - (len(ys) - 1) / 2) * width for i in range(len(labels))], vals,
                    width, label=c)
         ax.set_xticks(range(len(labels)), labels, rotation=30 if len(labels) > 6 else 0,
