@@ -54,3 +54,15 @@ def test_a_host_copy_on_opaque_memory_fails_the_capture(native_first):
     with pytest.raises(RuntimeError, match=refused), torch.flagos.graph(torch.flagos.Graph()):
         dx.copy_(torch.zeros(4))
     torch.testing.assert_close(dx.cpu(), torch.ones(4))
+
+
+def test_a_number_moved_to_the_device_takes_the_runtime_copy(native_first):
+    # Routed as themselves (as FlagGems routes them), _to_copy and copy_ of a 0-dim CPU
+    # tensor still move it with the runtime's copy, never through the CPU fallback.
+    route_ops_as_themselves(["aten::_to_copy", "aten::copy_"])
+    before = calls("aten::_to_copy", "cpu") + calls("aten::copy_", "cpu")
+    moved = torch.tensor(0.5, dtype=torch.float64).to("flagos", torch.float32)
+    dest = torch.empty((), device="flagos")
+    dest.copy_(torch.tensor(3.0))
+    assert calls("aten::_to_copy", "cpu") + calls("aten::copy_", "cpu") == before
+    assert moved.item() == 0.5 and dest.item() == 3.0

@@ -12,12 +12,21 @@ namespace flagos {
 
 namespace {
 
+// The ops whose whole work is copying their tensor argument: for them a 0-dim tensor on
+// another device is data to move (torch.tensor(0.5).to("flagos"), x.copy_(scalar)), not a
+// scalar operand as in x * torch.tensor(0.5).
+bool copies_its_input(const c10::OperatorHandle& op) {
+  const auto& name = op.schema().name();
+  return name == "aten::_to_copy" || name == "aten::copy_" || name == "aten::copy";
+}
+
 // A call that moves data between its flagos device and another device: a "device"
 // argument naming another device for the result (x.cpu() is _to_copy(x, device=cpu);
 // a.to("flagos:1")), or a tensor argument on another device that is more than a 0-dim
-// scalar (copy_ from or into the host). No provider's kernel of the op does that; such a
-// call takes the op's composite kernel, as without this registration, and with it the
-// runtime's own copies (non-blocking, stream-ordered, between devices).
+// scalar, or any one of a copy (copy_ from or into the host). No provider's kernel of the
+// op does that; such a call takes the op's composite kernel, as without this
+// registration, and with it the runtime's own copies (non-blocking, stream-ordered,
+// between devices; a Python number copied in during a capture is a constant of the graph).
 bool leaves_flagos(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
   const auto& args = op.schema().arguments();
   size_t base = stack.size() - args.size();
@@ -32,12 +41,13 @@ bool leaves_flagos(const c10::OperatorHandle& op, const torch::jit::Stack& stack
     return d.type() != c10::DeviceType::PrivateUse1 ||
            (home && d.has_index() && d.index() != home->index());
   };
+  bool copy = copies_its_input(op);
   for (size_t i = 0; i < args.size(); ++i) {
     const auto& v = stack[base + i];
     if (v.isDevice() && elsewhere(v.toDevice())) return true;
     if (v.isTensor()) {
       const auto& t = v.toTensor();
-      if (t.defined() && t.dim() > 0 && elsewhere(t.device())) return true;
+      if (t.defined() && (t.dim() > 0 || copy) && elsewhere(t.device())) return true;
     }
   }
   return false;
