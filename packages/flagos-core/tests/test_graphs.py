@@ -286,12 +286,42 @@ def test_cuda_twin_temporaries_stay_in_a_graph_pool_of_their_own(device0):
     assert not graphs._twin_cuda_pools._pools
 
 
+_SAME_NUMBERS = "a random op whose kernel would draw the same numbers at every replay"
+
+
 def test_random_ops_on_the_cuda_twin_fail_the_capture_by_name(device0):
     _needs_cuda_twin()
     x = torch.ones(64, device="flagos")
     with (flagos.routing.override({"aten::native_dropout": "boxing"}),
-          pytest.raises(RuntimeError, match=r"aten::native_dropout \(a random op\) on the cuda twin"),
+          pytest.raises(RuntimeError, match=rf"aten::native_dropout through provider 'boxing' .*"
+                                            rf"{_SAME_NUMBERS}"),
           F.graph(F.Graph())):
         torch.nn.functional.dropout(x, 0.5)
     assert not F.is_current_stream_capturing()
     assert (x * 2).sum().item() == 128
+
+
+class _LaunchSeededKernels(flagos.routing.Provider):
+    """A capture-safe provider of a random op whose kernel would take its seed at launch
+    (as Triton's and vendor libraries' random kernels do); it declines every call."""
+
+    name = "graphs_test_launch_seeded"
+    capture_safe = True
+
+    def serves(self, op: str) -> bool:
+        return op.startswith("aten::native_dropout")
+
+    def __call__(self, op, args, kwargs):
+        return NotImplemented
+
+
+def test_random_ops_of_a_capture_safe_kernel_provider_fail_the_capture(device0):
+    flagos.routing.register_provider(_LaunchSeededKernels())
+    x = torch.ones(64, device="flagos")
+    route = {"aten::native_dropout": ["graphs_test_launch_seeded", "boxing"]}
+    with (flagos.routing.override(route),
+          pytest.raises(RuntimeError, match=rf"aten::native_dropout through provider "
+                                            rf"'graphs_test_launch_seeded' .*{_SAME_NUMBERS}"),
+          F.graph(F.Graph())):
+        torch.nn.functional.dropout(x, 0.5)
+    assert not F.is_current_stream_capturing()

@@ -19,6 +19,7 @@
 #include "router/op_clock.h"
 #include "runtime/device_activity.h"
 #include "runtime/hal.h"
+#include "runtime/twin.h"
 
 namespace flagos {
 
@@ -255,6 +256,14 @@ bool run_captured(const Provider& p, Counters* c, const c10::OperatorHandle& op,
                     (p.wrapper ? "wrapper" : engine_name(p.kind)) + ")";
   if (!p.capture_safe.load(std::memory_order_relaxed)) {
     capture::refuse(who + ", which is not capture-safe,", device);
+  }
+  // A random kernel takes its seed and offset as values at launch, so each replay would
+  // draw the numbers of the capture again. Only the CPU twin's calls, recorded as host
+  // tasks that run the kernel anew, draw from the generator at every replay.
+  if (op.hasTag(at::Tag::nondeterministic_seeded) &&
+      !(p.kind == EngineKind::TWIN && twin_device_type(device) == c10::DeviceType::CPU)) {
+    capture::refuse(who + ", a random op whose kernel would draw the same numbers at every "
+                    "replay,", device);
   }
   try {
     return run_timed(p, c, op, stack, device);

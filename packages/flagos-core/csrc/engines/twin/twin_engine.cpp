@@ -14,17 +14,8 @@ void run_twin(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::Devi
   TORCH_CHECK(twin, "flagos: the twin engine (provider boxing) needs a HAL whose memory a native device "
                     "can address; flagos:", int(device), " is opaque. Route ", op_full_name(op),
               " to another provider");
-  if (C10_UNLIKELY(capture::current_stream_capturing(device))) {
-    if (*twin == c10::DeviceType::CPU) return record_host_twin_call(op, stack, device);
-    // A native twin's random kernels take their seed and offset from its generator as
-    // values at launch (a graph would replay the same numbers); PyTorch advances a CUDA
-    // generator per replay only for the graphs of its own torch.cuda.graph.
-    if (op.hasTag(at::Tag::nondeterministic_seeded)) {
-      capture::refuse(op_full_name(op) + " (a random op) on the " +
-                          c10::DeviceTypeName(*twin, /*lower_case=*/true) +
-                          " twin, whose generator a flagos graph cannot advance per replay,",
-                      device);
-    }
+  if (*twin == c10::DeviceType::CPU && capture::current_stream_capturing(device)) {
+    return record_host_twin_call(op, stack, device);
   }
   auto run = [&](torch::jit::Stack* s) { TwinCall(device, *twin).run(op, s); };
   if (*twin == c10::DeviceType::CPU && run_with_cpu_dtype_gaps_closed(op, stack, run)) return;

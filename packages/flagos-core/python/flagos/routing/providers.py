@@ -62,7 +62,9 @@ class Provider:
     (``torch.flagos.graph``): every call queues all its device work on the current stream,
     never reads device memory on the host, and queues the same work for the same inputs
     (autotuning done beforehand). Leave it False otherwise: a capture then stops with an
-    error naming the op and provider. C++ providers are capture-safe by their engine."""
+    error naming the op and provider. C++ providers are capture-safe by their engine.
+    Random ops are refused in a capture whatever this says, except on a CPU twin: a kernel
+    given its seed at launch would draw the same numbers at every replay."""
 
     def __init__(self, name: str | None = None, hals: Iterable[str] | None = None) -> None:
         if name is not None:
