@@ -242,7 +242,7 @@ def bench_graph_decode(cfg: dict, steps: int, prompt: int, rounds: int) -> list[
             for _ in range(steps):  # also the warm-up, on the default stream
                 step()
                 eager_tokens.append(tok.item())
-            gpu = _gpu_us_per_call(step, steps) if dev == "flagos" else None
+            gpu, kernels = _gpu_per_call(step, steps)
             graph = api.CUDAGraph() if dev == "cuda" else api.Graph()
             side = api.Stream()
             with api.stream(side):  # warm-up on the capture stream (its library workspaces)
@@ -275,12 +275,13 @@ def bench_graph_decode(cfg: dict, steps: int, prompt: int, rounds: int) -> list[
                                          else "")
             rows.append([dev if dev == "flagos" else "plain cuda", case, round(us, 1),
                          "-" if gpu is None else round(gpu, 1),
+                         "-" if kernels is None else round(kernels, 1),
                          "-" if gpu is None else round(us / gpu, 3),
                          "yes" if kind == "eager" or graph_tokens == eager_tokens else "NO"])
         del graph
     cuda_graph = [r[2] for r in rows if r[0] == "plain cuda" and "graph" in r[1]]
     for r in rows:  # each flagos graph beside the same model's torch.cuda.graph
-        r.insert(5, round(r[2] / cuda_graph[0], 3) if cuda_graph and r[0] == "flagos" and
+        r.insert(6, round(r[2] / cuda_graph[0], 3) if cuda_graph and r[0] == "flagos" and
                  r[1].endswith("graph") else "-")
     return rows
 
@@ -296,8 +297,16 @@ def _gpu_us_per_call(fn, calls: int) -> float | None:
     """Microseconds of GPU kernel time per call (the sum of the kernels' own durations from
     torch.profiler's CUDA activity): what a step costs the GPU, without the host's launch
     gaps. None without a CUDA twin or when the profiler cannot trace it."""
+    return _gpu_per_call(fn, calls)[0]
+
+
+def _gpu_per_call(fn, calls: int) -> tuple[float | None, float | None]:
+    """GPU kernel microseconds and GPU activities (kernels, copies, memsets) per call, from
+    torch.profiler's CUDA activity; (None, None) without a CUDA twin or when the profiler
+    cannot trace it. The count tells two steps apart that compute the same thing with
+    different kernels (a decomposed normalization or attention)."""
     if not _twin_is_cuda():
-        return None
+        return None, None
     from torch.profiler import ProfilerActivity, profile
 
     try:
@@ -305,11 +314,13 @@ def _gpu_us_per_call(fn, calls: int) -> float | None:
             for _ in range(calls):
                 fn()
             torch.flagos.synchronize()
+            torch.cuda.synchronize()
         total = sum(e.self_device_time_total for e in prof.key_averages())
+        count = sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
     except Exception as e:  # noqa: BLE001 - report the column as missing, keep the run
         print(f"  (GPU kernel time not measured: {type(e).__name__}: {e})")
-        return None
-    return total / calls if total else None
+        return None, None
+    return (total / calls if total else None), (count / calls if count else None)
 
 
 @torch.no_grad()
@@ -407,13 +418,14 @@ def main() -> None:
         report(decode)
     graph = Table("quant-graph-decode", "Llama decode step (batch 1, static KV cache) eager and "
                   "replayed from a graph", ["device", "case", "us per token",
-                                             "GPU kernel us per token", "wall / GPU kernel time",
-                                             "vs torch.cuda.graph", "tokens equal eager"],
+                                             "GPU kernel us per token", "GPU activities per token",
+                                             "wall / GPU kernel time", "vs torch.cuda.graph",
+                                             "tokens equal eager"],
                   notes=[*NOTES, ("graph = torch.flagos.graph on flagos, torch.cuda.graph on "
                                   "plain CUDA: the whole token (forward, argmax, position) "
                                   "replayed with one call"),
-                         ("GPU kernel us = the eager flagos step's kernels (torch.profiler, "
-                          "CUDA activity)")],
+                         ("GPU kernel us, GPU activities = the eager step's kernels, copies "
+                          "and memsets (torch.profiler, CUDA activity), on each device")],
                   plot=Plot("bar", x="case", y=["wall / GPU kernel time"],
                             ylabel="wall time / GPU kernel time", reference=1.2))
     if "graph" in only:
