@@ -121,6 +121,36 @@ def test_graphs_share_a_pool(device0):
     torch.testing.assert_close(b.cpu(), torch.full((64,), 6.0))
 
 
+def test_two_streams_capture_into_one_pool_at_once(device0):
+    # One capture ending must not end the other's use of the shared pool: what the other
+    # allocates afterwards still comes from the pool, never from memory eager work frees.
+    x = torch.ones(1024, device="flagos")
+    s1, s2 = F.Stream(), F.Stream()
+    with F.stream(s2):
+        freed = torch.empty(1024, device="flagos")  # cached on s2 once freed
+        freed_ptr = freed.data_ptr()
+        del freed
+    pool = F.graph_pool_handle()
+    g1, g2 = F.Graph(), F.Graph()
+    with F.stream(s1):
+        g1.capture_begin(pool=pool)
+    with F.stream(s2):
+        g2.capture_begin(pool=pool)
+    with F.stream(s1):
+        a = x + 1
+        g1.capture_end()
+    with F.stream(s2):
+        b = x * 3
+        g2.capture_end()
+    assert b.data_ptr() != freed_ptr
+    with F.stream(s2):
+        g2.replay()
+        g1.replay()
+    F.synchronize()
+    torch.testing.assert_close(b.cpu(), torch.full((1024,), 3.0))
+    torch.testing.assert_close(a.cpu(), torch.full((1024,), 2.0))
+
+
 def test_capture_reaching_the_cpu_fallback_fails_and_the_device_stays_usable(device0):
     x = torch.ones(8, device="flagos")
     g = F.Graph()

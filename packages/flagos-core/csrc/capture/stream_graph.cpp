@@ -70,12 +70,12 @@ void StreamGraph::capture_begin(c10::MempoolId_t pool, const std::string& mode) 
   try {
     capture::twin_begin_allocate(device, id);
   } catch (...) {
-    end_allocate_to_pool(device, id);
+    end_allocate_to_pool(device, id, stream.id());
     throw;  // reset() gives the pool back
   }
   flagos_status_t st = hal().stream_begin_capture(hal_stream(stream));
   if (st != FLAGOS_SUCCESS) {
-    end_allocate_to_pool(device, id);
+    end_allocate_to_pool(device, id, stream.id());
     capture::twin_end_allocate(device, id);
     capture::twin_release(device, id);
     holds_pool_ = false;
@@ -95,7 +95,7 @@ void StreamGraph::capture_end() {
   capture_stream_.reset();
   capture::end(stream);
   host_inputs_ = capture::take_kept(stream);
-  end_allocate_to_pool(device_, pool_);
+  end_allocate_to_pool(device_, pool_, stream.id());
   capture::twin_end_allocate(device_, pool_);
   flagos_capture_t captured = nullptr;
   flagos_status_t st = hal().stream_end_capture(hal_stream(stream), &captured);
@@ -135,7 +135,7 @@ void StreamGraph::reset() {
     capture_stream_.reset();
     capture::end(stream);
     capture::take_kept(stream);
-    end_allocate_to_pool(device_, pool_);
+    end_allocate_to_pool(device_, pool_, stream.id());
     capture::twin_end_allocate(device_, pool_);
     flagos_capture_t captured = nullptr;
     if (hal().stream_end_capture(hal_stream(stream), &captured) == FLAGOS_SUCCESS && captured) {

@@ -281,13 +281,13 @@ class DevicePool {
     captures_.emplace_back(stream, it->second.get());
   }
 
-  void end_allocate_to_pool(c10::MempoolId_t id) {
+  void end_allocate_to_pool(c10::MempoolId_t id, c10::StreamId stream) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto pool = private_pools_.find(id);
     if (pool == private_pools_.end()) return;
-    captures_.erase(std::remove_if(captures_.begin(), captures_.end(),
-                                   [&](const auto& c) { return c.second == pool->second.get(); }),
-                    captures_.end());
+    auto it = std::find(captures_.begin(), captures_.end(),
+                        std::make_pair(stream, pool->second.get()));
+    if (it != captures_.end()) captures_.erase(it);
     if (!captures_.empty()) return;
     for (Block* block : deferred_) {
       insert_events(block);
@@ -788,8 +788,8 @@ DevicePool& pool_for_capture(c10::DeviceIndex device) {
 void begin_allocate_to_pool(c10::DeviceIndex device, c10::MempoolId_t pool, c10::StreamId stream) {
   pool_for_capture(device).begin_allocate_to_pool(pool, stream);
 }
-void end_allocate_to_pool(c10::DeviceIndex device, c10::MempoolId_t pool) {
-  pool_for_capture(device).end_allocate_to_pool(pool);
+void end_allocate_to_pool(c10::DeviceIndex device, c10::MempoolId_t pool, c10::StreamId stream) {
+  pool_for_capture(device).end_allocate_to_pool(pool, stream);
 }
 void release_pool(c10::DeviceIndex device, c10::MempoolId_t pool) {
   pool_for_capture(device).release_pool(pool);

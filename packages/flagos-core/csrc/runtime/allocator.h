@@ -36,7 +36,9 @@ bool allocator_passthrough();
 // takes. Naming a pool that exists adds a user; release_pool drops one, and a pool
 // without users goes back to the HAL as its blocks become free.
 void begin_allocate_to_pool(c10::DeviceIndex device, c10::MempoolId_t pool, c10::StreamId stream);
-void end_allocate_to_pool(c10::DeviceIndex device, c10::MempoolId_t pool);
+// Ends what begin_allocate_to_pool(device, pool, stream) began; other streams capturing
+// into the same pool go on.
+void end_allocate_to_pool(c10::DeviceIndex device, c10::MempoolId_t pool, c10::StreamId stream);
 void release_pool(c10::DeviceIndex device, c10::MempoolId_t pool);
 
 }  // namespace flagos
