@@ -355,3 +355,45 @@ def test_random_ops_of_a_capture_safe_kernel_provider_fail_the_capture(device0):
           F.graph(F.Graph())):
         torch.nn.functional.dropout(x, 0.5)
     assert not F.is_current_stream_capturing()
+
+
+@pytest.fixture
+def twin_hooks():
+    """Installs test hooks for the twin allocator (what flagos.graphs sets for a CUDA
+    twin) and restores flagos' own afterwards."""
+    from flagos import _C, graphs
+
+    def install(begin, end, release):
+        _C._set_twin_allocator_hooks(begin, end, release)
+
+    yield install
+    pools = graphs._twin_cuda_pools
+    _C._set_twin_allocator_hooks(pools.begin_allocate, pools.end_allocate, pools.release)
+
+
+def test_a_failing_twin_allocator_hook_leaves_no_stream_capturing(device0, twin_hooks):
+    calls = []
+
+    def fail(what):
+        def hook(device, pool):
+            calls.append(what)
+            raise RuntimeError(f"twin allocator: {what} failed")
+        return hook
+
+    x = torch.ones(8, device="flagos")
+    twin_hooks(fail("begin"), None, lambda d, p: calls.append("release"))
+    g = F.Graph()
+    with pytest.raises(RuntimeError, match="begin failed"), F.graph(g):
+        x + 1
+    assert not F.is_current_stream_capturing()
+    twin_hooks(None, fail("end"), lambda d, p: calls.append("release"))
+    with pytest.raises(RuntimeError, match="end failed"), F.graph(g):
+        y = x + 1
+    assert not F.is_current_stream_capturing()
+    g.reset()  # what the failed end had captured is released
+    twin_hooks(None, None, None)
+    with F.graph(g):
+        y = x + 1
+    g.replay()
+    torch.testing.assert_close(y.cpu(), torch.full((8,), 2.0))
+    assert calls == ["begin", "end", "release"]  # a pool whose begin failed has no user

@@ -71,7 +71,9 @@ void StreamGraph::capture_begin(c10::MempoolId_t pool, const std::string& mode) 
     capture::twin_begin_allocate(device, id);
   } catch (...) {
     end_allocate_to_pool(device, id, stream.id());
-    throw;  // reset() gives the pool back
+    holds_pool_ = false;
+    release_pool(device, id);
+    throw;
   }
   flagos_status_t st = hal().stream_begin_capture(hal_stream(stream));
   if (st != FLAGOS_SUCCESS) {
@@ -96,12 +98,16 @@ void StreamGraph::capture_end() {
   capture::end(stream);
   host_inputs_ = capture::take_kept(stream);
   end_allocate_to_pool(device_, pool_, stream.id());
-  capture::twin_end_allocate(device_, pool_);
   flagos_capture_t captured = nullptr;
   flagos_status_t st = hal().stream_end_capture(hal_stream(stream), &captured);
+  if (st == FLAGOS_SUCCESS) {
+    capture_ = captured;
+    captured_ = true;
+  }
+  // After the HAL's end, so that a hook that raises leaves no stream capturing (the graph
+  // holds what it captured; reset() releases it).
+  capture::twin_end_allocate(device_, pool_);
   if (st != FLAGOS_SUCCESS) FLAGOS_HAL_RAISE(hal(), st, "stream_end_capture");
-  capture_ = captured;
-  captured_ = true;
   if (!keep_graph_) {
     instantiate();
     if (!debug_) {
@@ -136,10 +142,14 @@ void StreamGraph::reset() {
     capture::end(stream);
     capture::take_kept(stream);
     end_allocate_to_pool(device_, pool_, stream.id());
-    capture::twin_end_allocate(device_, pool_);
     flagos_capture_t captured = nullptr;
     if (hal().stream_end_capture(hal_stream(stream), &captured) == FLAGOS_SUCCESS && captured) {
       hal().capture_destroy(captured);
+    }
+    try {
+      capture::twin_end_allocate(device_, pool_);
+    } catch (const std::exception& e) {  // reset runs on failure paths: finish releasing
+      TORCH_WARN("flagos: ending the twin allocator's graph pool failed: ", e.what());
     }
   }
   if (replay_) hal().replay_destroy(replay_);
@@ -154,7 +164,7 @@ void StreamGraph::reset() {
   if (holds_pool_) {
     holds_pool_ = false;
     release_pool(device_, pool_);
-    capture::twin_release(device_, pool_);
+    capture::twin_release(device_, pool_);  // a raise here leaves nothing of this graph held
   }
 }
 
