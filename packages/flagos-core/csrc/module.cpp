@@ -136,8 +136,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_device_properties", &device_properties);
   m.def("_synchronize", [](int d) {
     py::gil_scoped_release nogil;
-    const auto& hd = hal_device(d);
-    FLAGOS_HAL_CHECK(*hd.lib->table, hd.lib->table->device_synchronize(hd.local_index));
+    flagos::synchronize_device(static_cast<c10::DeviceIndex>(d));
   });
   // What a host (C++) kernel of compiled code waits for before it touches flagos:d memory,
   // as the twin engine does before each op: the current stream's queued work. An idle

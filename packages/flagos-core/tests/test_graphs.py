@@ -173,6 +173,22 @@ def test_reading_device_memory_on_the_host_fails_the_capture(device0):
     assert (x + 1).sum().item() == 16
 
 
+def test_synchronizing_the_device_fails_and_the_capture_goes_on(device0):
+    # From another stream too: a device-wide wait would meet the capturing stream.
+    x = torch.ones(8, device="flagos")
+    g = F.Graph()
+    with F.graph(g):
+        y = x + 1
+        with pytest.raises(RuntimeError, match=r"waiting for every stream of flagos:0 .*"
+                                                r"cannot be captured"):
+            F.synchronize()
+        with F.stream(F.Stream()), pytest.raises(RuntimeError, match="cannot be captured"):
+            torch.accelerator.synchronize()
+        z = y * 2
+    g.replay()
+    torch.testing.assert_close(z.cpu(), torch.full((8,), 4.0))
+
+
 def test_the_default_stream_cannot_capture(device0):
     with pytest.raises(RuntimeError, match="cannot capture the default stream"):
         F.Graph().capture_begin()

@@ -72,6 +72,13 @@ bool detail::current_stream_capturing_slow(c10::DeviceIndex device) {
   return is_capturing_slow(current_stream(device));
 }
 
+bool detail::device_capturing_slow(c10::DeviceIndex device) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  const auto& streams = capturing_streams();
+  return std::any_of(streams.begin(), streams.end(),
+                     [&](const c10::Stream& s) { return s.device_index() == device; });
+}
+
 void refuse(const std::string& what, c10::DeviceIndex device) {
   TORCH_CHECK(false, "flagos: ", what, " cannot be captured: the current stream of flagos:",
               int(device), " is capturing a graph, and a graph replays only work queued on "

@@ -19,6 +19,7 @@ namespace detail {
 extern std::atomic<int> g_underway;
 bool is_capturing_slow(const c10::Stream& stream);
 bool current_stream_capturing_slow(c10::DeviceIndex device);
+bool device_capturing_slow(c10::DeviceIndex device);
 }  // namespace detail
 
 void begin(const c10::Stream& stream);
@@ -34,6 +35,12 @@ inline bool is_capturing(const c10::Stream& stream) {
 inline bool current_stream_capturing(c10::DeviceIndex device) {
   return detail::g_underway.load(std::memory_order_relaxed) > 0 &&
          detail::current_stream_capturing_slow(device);
+}
+
+// Whether any stream of flagos:`device` captures now (what a device-wide wait would meet).
+inline bool device_capturing(c10::DeviceIndex device) {
+  return detail::g_underway.load(std::memory_order_relaxed) > 0 &&
+         detail::device_capturing_slow(device);
 }
 
 // Keeps `t` alive as long as the graph the capture on `stream` becomes (host memory a

@@ -121,8 +121,7 @@ struct FlagosGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   bool queryStream(const Stream& stream) const override { return query_stream(stream); }
   void synchronizeStream(const Stream& stream) const override { synchronize_stream(stream); }
   void synchronizeDevice(const DeviceIndex device_index) const override {
-    const auto& d = hal_device(device_index == -1 ? current_device() : device_index);
-    FLAGOS_HAL_CHECK(*d.lib->table, d.lib->table->device_synchronize(d.local_index));
+    synchronize_device(device_index == -1 ? current_device() : device_index);
   }
   void recordDataPtrOnStream(const c10::DataPtr& data_ptr, const Stream& stream) const override;
 };

@@ -122,6 +122,17 @@ void synchronize_stream(const c10::Stream& stream) {
   FLAGOS_HAL_CHECK(hal, hal.stream_synchronize(hal_stream(stream)));
 }
 
+void synchronize_device(c10::DeviceIndex device) {
+  if (C10_UNLIKELY(capture::device_capturing(device))) {
+    capture::refuse("waiting for every stream of flagos:" + std::to_string(device) +
+                        " (torch.flagos.synchronize(), the device's synchronize) while one "
+                        "of them captures a graph,",
+                    device);
+  }
+  const auto& d = hal_device(device);
+  FLAGOS_HAL_CHECK(*d.lib->table, d.lib->table->device_synchronize(d.local_index));
+}
+
 bool query_stream(const c10::Stream& stream) {
   const auto& hal = hal_of(stream.device_index());
   flagos_status_t st = hal.stream_query(hal_stream(stream));

@@ -19,6 +19,9 @@ c10::Stream exchange_stream(const c10::Stream& stream);
 c10::Stream pool_stream(c10::DeviceIndex device, int priority);
 int stream_priority(const c10::Stream& stream);
 void synchronize_stream(const c10::Stream& stream);
+// Waits for every stream of flagos:`device`. While one of them captures a graph it raises
+// instead, and the capture goes on (the HAL would refuse and invalidate it).
+void synchronize_device(c10::DeviceIndex device);
 bool query_stream(const c10::Stream& stream);
 c10::Stream make_stream(c10::DeviceIndex device, c10::StreamId id);
 
