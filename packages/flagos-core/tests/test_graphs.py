@@ -365,6 +365,10 @@ def test_random_ops_of_a_capture_safe_kernel_provider_fail_the_capture(device0):
     flagos.routing.register_provider(_LaunchSeededKernels())
     x = torch.ones(64, device="flagos")
     route = {"aten::native_dropout": ["graphs_test_launch_seeded", "boxing"]}
+    with flagos.routing.override(route):  # explain says so, as for any other refusal
+        text = str(flagos.routing.explain("aten::native_dropout"))
+    assert "graph capture: no (a random op: its kernel would draw the same numbers" in text
+    assert "graph capture: yes" in str(flagos.routing.explain("aten::native_dropout.out"))
     with (flagos.routing.override(route),
           pytest.raises(RuntimeError, match=rf"aten::native_dropout through provider "
                                             rf"'graphs_test_launch_seeded' .*{_SAME_NUMBERS}"),

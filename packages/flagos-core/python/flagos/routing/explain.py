@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
+from flagos import _C
+
 from . import ops, shadow, table
 from .table import Decision, _state
 
@@ -30,8 +34,10 @@ class DeviceRoute:
     """The engine :attr:`provider` runs on (``"twin"``, ``"cpu fallback"``, ``"python"``,
     ``"foreign kernels"``, ``"external"``); None where the core has not registered it."""
     capture_safe: bool | None = None
-    """Whether :attr:`provider` may run while a graph is captured (``torch.flagos.graph``);
-    None where the core has not registered it."""
+    """Whether the op may run through :attr:`provider` while a graph is captured
+    (``torch.flagos.graph``); None where the core has not registered the provider."""
+    capture_note: str | None = None
+    """Why a capture refuses the op although :attr:`provider` is capture-safe."""
 
     @property
     def provider(self) -> str:
@@ -56,7 +62,7 @@ class DeviceRoute:
         lines.append(f"    served by: {self.provider}{engine}")
         if self.capture_safe is not None:
             lines.append("    graph capture: " + ("yes" if self.capture_safe else
-                                                   "no (a capture that reaches it fails)"))
+                                                   f"no ({self.capture_note or 'a capture that reaches it fails'})"))
         return "\n".join(lines)
 
 
@@ -102,11 +108,18 @@ def explain(op: str) -> Explanation | OpExplanation:
     version = table.version()
     engines = _state.backend.provider_engines()
     capture_safe = getattr(_state.backend, "capture_safe", lambda name: None)
+    random = torch.Tag.nondeterministic_seeded in ops.overload(op).tags
 
     def route(index: int | None, hal: str | None) -> DeviceRoute:
         decision = table.decide(op, hal)
         first = decision.chain[0]
-        return DeviceRoute(index, decision, engines.get(first), capture_safe(first))
+        engine, safe, note = engines.get(first), capture_safe(first), None
+        # As the router decides: a random op is captured only through a CPU twin's host
+        # tasks, which draw at every replay.
+        if safe and random and not (engine == "twin" and index is not None
+                                    and _C._twin_device(index) == "cpu"):
+            safe, note = False, "a random op: its kernel would draw the same numbers at every replay"
+        return DeviceRoute(index, decision, engine, safe, note)
 
     hals = table.device_hals()
     if not hals:
