@@ -3,7 +3,6 @@
 // the kernel cannot take (dtype, layout, an argument value) declines before anything is
 // queued, so the next provider runs it with the inputs untouched.
 #include <ATen/core/Tensor.h>
-#include <ATen/ops/_copy_from.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ExpandUtils.h>
 #include <ATen/WrapDimUtils.h>
@@ -97,11 +96,7 @@ bool run_binary(Call& c) {
       (at::isFloatingType(self.scalar_type()) ||
        (at::isIntegralType(self.scalar_type(), false) &&
         at::isIntegralType(other_p->scalar_type(), false)))) {
-    // Copied in by the runtime's own copy (_copy_from), not by _to_copy or copy_, which a
-    // provider may route as themselves (FlagGems does) to the CPU fallback: a number
-    // copied in by the runtime is also a constant of a graph being captured.
-    moved = at::empty({}, self.options());
-    at::_copy_from(*other_p, moved, /*non_blocking=*/false);
+    moved = other_p->to(self.options());
     other_p = &moved;
   }
   const at::Tensor& other = *other_p;

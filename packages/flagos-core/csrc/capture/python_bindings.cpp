@@ -80,6 +80,8 @@ void bind_stream_graphs(py::module& m) {
       py::arg("begin_allocate"), py::arg("end_allocate"), py::arg("release"));
   m.def("_set_provider_capture_safe", &set_provider_capture_safe, py::arg("name"), py::arg("safe"));
   m.def("_provider_capture_safe", &provider_capture_safe, py::arg("name"));
+  m.def("_provider_captures_random_ops", &provider_captures_random_ops, py::arg("name"),
+        py::arg("device"));
 }
 
 }  // namespace flagos

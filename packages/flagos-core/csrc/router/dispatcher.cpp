@@ -248,6 +248,13 @@ bool run_timed(const Provider& p, Counters* c, const c10::OperatorHandle& op,
   return accepted;
 }
 
+// A random kernel takes its seed and offset as values at launch, so each replay would
+// draw the numbers of the capture again. Only the CPU twin's calls, recorded as host tasks
+// that run the kernel anew, draw from the generator at every replay.
+bool draws_afresh_per_replay(const Provider& p, c10::DeviceIndex device) {
+  return p.kind == EngineKind::TWIN && twin_device_type(device) == c10::DeviceType::CPU;
+}
+
 // run_counted while the current stream captures: a provider that is not capture-safe is
 // refused, and a refusal from deeper down (a host access) names the op and provider.
 bool run_captured(const Provider& p, Counters* c, const c10::OperatorHandle& op,
@@ -257,11 +264,7 @@ bool run_captured(const Provider& p, Counters* c, const c10::OperatorHandle& op,
   if (!p.capture_safe.load(std::memory_order_relaxed)) {
     capture::refuse(who + ", which is not capture-safe,", device);
   }
-  // A random kernel takes its seed and offset as values at launch, so each replay would
-  // draw the numbers of the capture again. Only the CPU twin's calls, recorded as host
-  // tasks that run the kernel anew, draw from the generator at every replay.
-  if (op.hasTag(at::Tag::nondeterministic_seeded) &&
-      !(p.kind == EngineKind::TWIN && twin_device_type(device) == c10::DeviceType::CPU)) {
+  if (op.hasTag(at::Tag::nondeterministic_seeded) && !draws_afresh_per_replay(p, device)) {
     capture::refuse(who + ", a random op whose kernel would draw the same numbers at every "
                     "replay,", device);
   }
@@ -464,6 +467,12 @@ bool provider_capture_safe(const std::string& name) {
   auto p = find_provider(name);
   TORCH_CHECK(p, "flagos: no provider named '", name, "' is registered with the core");
   return p->capture_safe;
+}
+
+bool provider_captures_random_ops(const std::string& name, c10::DeviceIndex device) {
+  auto p = find_provider(name);
+  TORCH_CHECK(p, "flagos: no provider named '", name, "' is registered with the core");
+  return draws_afresh_per_replay(*p, device);
 }
 
 std::vector<std::string> registered_providers() {

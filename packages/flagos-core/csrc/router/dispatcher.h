@@ -45,6 +45,9 @@ void register_wrapper_provider(const std::string& name, void* py_callable);
 // providers no. Throws for an unregistered name.
 void set_provider_capture_safe(const std::string& name, bool safe);
 bool provider_capture_safe(const std::string& name);
+// Whether random ops (tagged nondeterministic_seeded) through provider `name` may be
+// captured on flagos:`device`: only where each replay draws anew (a CPU twin's host tasks).
+bool provider_captures_random_ops(const std::string& name, c10::DeviceIndex device);
 std::vector<std::string> registered_providers();
 // The names engines go by in explain output and docs: "cpu fallback", "twin", "python",
 // "foreign kernels", "external".

@@ -42,6 +42,11 @@ class CppBackend:
         name the core does not know."""
         return bool(_C._provider_capture_safe(name)) if name in _C._providers() else None
 
+    def captures_random_ops(self, name: str, device: int) -> bool:
+        """Whether random ops through provider ``name`` may be captured on flagos:``device``
+        (each replay drawing anew)."""
+        return bool(_C._provider_captures_random_ops(name, device))
+
     def device_hal_names(self) -> list[str]:
         return self._hals
 

@@ -6,8 +6,6 @@ from dataclasses import dataclass
 
 import torch
 
-from flagos import _C
-
 from . import ops, shadow, table
 from .table import Decision, _state
 
@@ -113,13 +111,11 @@ def explain(op: str) -> Explanation | OpExplanation:
     def route(index: int | None, hal: str | None) -> DeviceRoute:
         decision = table.decide(op, hal)
         first = decision.chain[0]
-        engine, safe, note = engines.get(first), capture_safe(first), None
-        # As the router decides: a random op is captured only through a CPU twin's host
-        # tasks, which draw at every replay.
-        if safe and random and not (engine == "twin" and index is not None
-                                    and _C._twin_device(index) == "cpu"):
+        safe, note = capture_safe(first), None
+        if safe and random and index is not None and \
+                not _state.backend.captures_random_ops(first, index):
             safe, note = False, "a random op: its kernel would draw the same numbers at every replay"
-        return DeviceRoute(index, decision, engine, safe, note)
+        return DeviceRoute(index, decision, engines.get(first), safe, note)
 
     hals = table.device_hals()
     if not hals:
