@@ -259,6 +259,7 @@ PYBIND11_MODULE(_C, m) {
         py::arg("args"), py::arg("kwargs"), py::arg("device"));
   m.def("_routed_kernel_ops", &flagos::routed_kernel_ops);
   m.def("_route_ops_as_themselves", &flagos::route_ops_as_themselves);
+  m.def("_routed_as_itself", &flagos::routed_as_itself);
   m.def("_profiler_device_activity", &flagos::kineto_plugin_available);
   m.def("_cpu_dtype_gaps", &flagos::cpu_dtype_gap_counts);
   m.def("_set_resolver", [](py::object fn) { flagos::set_resolver(fn.is_none() ? nullptr : fn.ptr()); });

@@ -332,6 +332,57 @@ def test_cuda_twin_temporaries_stay_in_a_graph_pool_of_their_own(device0):
     assert not graphs._twin_cuda_pools._pools
 
 
+class _CudaAllocatorPools:
+    """PyTorch's CUDA allocator's graph-pool rules, for the twin pools' bookkeeping: a pool
+    records for one capture at a time, and each beginAllocateToPool is a reference that
+    releasePool returns."""
+
+    def __init__(self) -> None:
+        self.recording: set = set()
+        self.references: dict = {}
+
+    def begin(self, device, pool):
+        if pool in self.recording:
+            raise RuntimeError("beginAllocateToPool: already recording to mempool_id")
+        self.recording.add(pool)
+        self.references[pool] = self.references.get(pool, 0) + 1
+
+    def end(self, device, pool):
+        if pool not in self.recording:
+            raise RuntimeError("endAllocatePool: not currently recording to mempool_id")
+        self.recording.remove(pool)
+
+    def release(self, device, pool):
+        self.references[pool] -= 1
+
+
+def test_twin_pool_shared_by_two_captures_records_once_and_is_released(monkeypatch):
+    # Two flagos captures into one pool at once (two streams): the CUDA twin's pool records
+    # from the first begin to the last end, and goes back when the last graph is gone.
+    from flagos import graphs
+
+    cuda = _CudaAllocatorPools()
+    monkeypatch.setattr(graphs._TwinCudaPools, "_twin", staticmethod(lambda device: 0))
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: (0, 99))
+    monkeypatch.setattr(torch._C, "_cuda_beginAllocateToPool", cuda.begin, raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_endAllocateToPool", cuda.end, raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_releasePool", cuda.release, raising=False)
+    pools, flagos_pool = graphs._TwinCudaPools(), (0, 1)
+    pools.begin_allocate(0, flagos_pool)
+    pools.begin_allocate(0, flagos_pool)
+    pools.end_allocate(0, flagos_pool)
+    assert cuda.recording == {(0, 99)}  # the other capture still allocates from it
+    pools.end_allocate(0, flagos_pool)
+    assert not cuda.recording
+    pools.begin_allocate(0, flagos_pool)  # a third graph into the same pool, later
+    pools.end_allocate(0, flagos_pool)
+    for _ in range(2):
+        pools.release(0, flagos_pool)
+        assert cuda.references[(0, 99)] == 2
+    pools.release(0, flagos_pool)
+    assert cuda.references[(0, 99)] == 0 and not pools._pools
+
+
 _SAME_NUMBERS = "a random op whose kernel would draw the same numbers at every replay"
 
 
@@ -368,7 +419,12 @@ def test_random_ops_of_a_capture_safe_kernel_provider_fail_the_capture(device0):
     with flagos.routing.override(route):  # explain says so, as for any other refusal
         text = str(flagos.routing.explain("aten::native_dropout"))
     assert "graph capture: no (a random op: its kernel would draw the same numbers" in text
-    assert "graph capture: yes" in str(flagos.routing.explain("aten::native_dropout.out"))
+    # Through the twin, as routed by default: captured where each replay draws afresh.
+    default = str(flagos.routing.explain("aten::native_dropout.out"))
+    if flagos.get_device_properties(0).twin_device == "cpu":
+        assert "graph capture: yes" in default
+    else:
+        assert "graph capture: no (a random op" in default
     with (flagos.routing.override(route),
           pytest.raises(RuntimeError, match=rf"aten::native_dropout through provider "
                                             rf"'graphs_test_launch_seeded' .*{_SAME_NUMBERS}"),
@@ -417,3 +473,28 @@ def test_a_failing_twin_allocator_hook_leaves_no_stream_capturing(device0, twin_
     g.replay()
     torch.testing.assert_close(y.cpu(), torch.full((8,), 2.0))
     assert calls == ["begin", "end", "release"]  # a pool whose begin failed has no user
+
+
+AS_ITSELF_IN_A_CAPTURE = """
+import torch, flagos
+from flagos.provider_api import route_ops_as_themselves
+route_ops_as_themselves(["aten::full"])  # as a kernel library serving it would
+x = torch.ones(16, device="flagos")
+with flagos.routing.override({"aten::full": "cpu"}):
+    assert "graph capture: as its parts" in str(flagos.routing.explain("aten::full"))
+    g = torch.flagos.Graph()
+    with torch.flagos.graph(g):
+        y = x + torch.full((16,), 2.0, device="flagos")
+g.replay()
+assert torch.equal(y.cpu(), torch.full((16,), 3.0))
+assert "aten::full" not in flagos.routing.stats()
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("memory", ["host", "opaque"])
+def test_an_op_routed_as_itself_with_only_the_cpu_fallback_left_is_captured(run_python, memory):
+    # Its composite kernel runs (empty, then fill_ down its own route), not the fallback.
+    env = {"FLAGOS_NO_TWIN": "1"} if memory == "opaque" else {}
+    r = run_python(AS_ITSELF_IN_A_CAPTURE, env=env, check=False)
+    assert r.returncode == 0 and "ok" in r.stdout, (r.returncode, r.stderr[-3000:])

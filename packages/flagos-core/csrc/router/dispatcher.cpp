@@ -304,6 +304,24 @@ void run_routed(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::
   TORCH_CHECK(false, "flagos: no provider accepted ", st.name);
 }
 
+bool run_routed_before_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  auto device = infer_device(op, *stack);
+  hal_device(device);
+  OpState& st = op_state(op);
+  if (st.generator_arg >= 0) check_generator_device(op, *stack, st.generator_arg);
+  const Route* route = current_route(st, device);
+  for (size_t i = 0; i < route->chain.size(); ++i) {
+    const Provider& p = *route->chain[i];
+    if (p.wrapper) {  // it runs the rest of the chain itself, the fallback included
+      run_routed(op, c10::DispatchKeySet(), stack);
+      return true;
+    }
+    if (p.kind == EngineKind::CPU) return false;
+    if (run_counted(p, route->counters[i], op, stack, device)) return true;
+  }
+  return false;
+}
+
 namespace {
 bool is_kernel_provider(const Provider& p) {
   return p.kind != EngineKind::TWIN && p.kind != EngineKind::CPU;

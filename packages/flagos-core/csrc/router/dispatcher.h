@@ -83,6 +83,11 @@ void note_routed_kernel_op(const std::string& name);
 // The boxed fallback every routed op arrives at: runs `op` down its route.
 void run_routed(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack);
 
+// For ops routed as themselves (routed_as_themselves.h): runs `op` down its route up to,
+// not including, the first CPU-fallback provider; false (stack untouched) when the call
+// reached it. A route that starts with a wrapper runs whole (true).
+bool run_routed_before_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
 // For fused ops that torch computes from other ops when no backend kernel serves them
 // (fused_ops.cpp): whether the route of `op` on `device` names a kernel provider (PYTHON,
 // FOREIGN or EXTERNAL) before its first twin or CPU engine (wrappers passed over), and

@@ -5,6 +5,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <unordered_set>
 
 #include "router/dispatcher.h"
 
@@ -53,9 +54,7 @@ bool leaves_flagos(const c10::OperatorHandle& op, const torch::jit::Stack& stack
   return false;
 }
 
-void run_routed_on_flagos(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
-                          torch::jit::Stack* stack) {
-  if (!leaves_flagos(op, *stack)) return run_routed(op, keys, stack);
+void run_composite(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   op.callBoxedForDispatchKey(
       op.hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd)
           ? c10::DispatchKey::CompositeExplicitAutograd
@@ -63,13 +62,34 @@ void run_routed_on_flagos(const c10::OperatorHandle& op, c10::DispatchKeySet key
       *stack);
 }
 
+// A call no provider before the CPU fallback accepts takes the composite kernel, as it
+// would without this registration: its parts go down their own routes, where a device
+// kernel may serve them (torch.full is empty and fill_), and a graph capture can record
+// them; the fallback would compute the whole op on the host.
+void run_routed_on_flagos(const c10::OperatorHandle& op, c10::DispatchKeySet,
+                          torch::jit::Stack* stack) {
+  if (leaves_flagos(op, *stack) || !run_routed_before_cpu_fallback(op, stack)) {
+    run_composite(op, stack);
+  }
+}
+
+std::mutex g_mutex;
+std::unordered_set<std::string>& routed_names() {  // "aten::full", "aten::add.Tensor"
+  static auto* names = new std::unordered_set<std::string>();
+  return *names;
+}
+
 }  // namespace
 
+bool routed_as_itself(const std::string& name) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return routed_names().count(name) > 0;
+}
+
 std::vector<std::string> route_ops_as_themselves(const std::vector<std::string>& names) {
-  static std::mutex mutex;
   // The registrations live as long as the process (a Library's destructor would undo them).
   static auto* libraries = new std::vector<std::unique_ptr<torch::Library>>();
-  std::lock_guard<std::mutex> lock(mutex);
+  std::lock_guard<std::mutex> lock(g_mutex);
   std::vector<std::string> registered;
   for (const auto& full : names) {
     auto sep = full.find("::");
@@ -93,6 +113,7 @@ std::vector<std::string> route_ops_as_themselves(const std::vector<std::string>&
     libraries->back()->impl(key.c_str(),
                             torch::CppFunction::makeFromBoxedFunction<&run_routed_on_flagos>());
     note_routed_kernel_op(key);
+    routed_names().insert("aten::" + key);
     registered.push_back(full);
   }
   return registered;

@@ -8,7 +8,8 @@
 // PrivateUse1 kernel of such ops, so that they go down their own route, whichever provider
 // it names (the twin and the CPU fallback serve the functional form as well). A call that
 // moves data to or from another device (x.cpu() is _to_copy(x, device=cpu); copy_ from the
-// host) still takes the composite kernel: the routes serve ops on flagos memory.
+// host) still takes the composite kernel: the routes serve ops on flagos memory. So does a
+// call that no provider before the CPU fallback accepts: its parts are routed one by one.
 //
 // The hot ops with a fast kernel (fast_kernels.cpp) are not registered again: their fast
 // kernel sends the op down its own route when that route starts with a foreign provider.
@@ -24,5 +25,8 @@ namespace flagos {
 // NonFunctional) kernel and no PrivateUse1 kernel yet; returns the names registered now
 // (an op registered before, or not of that kind, is skipped). Unknown names are skipped.
 std::vector<std::string> route_ops_as_themselves(const std::vector<std::string>& names);
+// Whether `name` ("aten::full", "aten::add.Tensor"; the key as registered) was registered
+// by route_ops_as_themselves.
+bool routed_as_itself(const std::string& name);
 
 }  // namespace flagos

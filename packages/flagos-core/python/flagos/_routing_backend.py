@@ -47,6 +47,12 @@ class CppBackend:
         (each replay drawing anew)."""
         return bool(_C._provider_captures_random_ops(name, device))
 
+    def routed_as_itself(self, op: str) -> bool:
+        """Whether ``op`` reaches its route as itself only because a provider serves that
+        form (route_ops_as_themselves): a call no provider before the CPU fallback
+        accepts then runs as its composite kernel, its parts routed one by one."""
+        return bool(_C._routed_as_itself(op))
+
     def device_hal_names(self) -> list[str]:
         return self._hals
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
@@ -96,7 +97,7 @@ class _TwinCudaPools:
     thread's included, as the capture may record any of them."""
 
     def __init__(self) -> None:
-        self._pools: dict[tuple[int, tuple[int, int]], list] = {}  # -> [cuda pool, users]
+        self._pools: dict[tuple[int, tuple[int, int]], _TwinCudaPool] = {}
 
     @staticmethod
     def _twin(device: int) -> int | None:
@@ -104,29 +105,50 @@ class _TwinCudaPools:
             return None
         return int(_C._device_properties(device)["native_device_index"])
 
+    # PyTorch's allocator records to a pool for one capture at a time (a second
+    # beginAllocateToPool of it fails), while flagos captures on several streams may share
+    # a pool: the twin's recording starts with the first of them and ends with the last.
     def begin_allocate(self, device: int, pool: tuple[int, int]) -> None:
         index = self._twin(device)
         if index is None:
             return
         entry = self._pools.get((device, pool))
         if entry is None:
-            entry = self._pools[(device, pool)] = [torch.cuda.graph_pool_handle(), 0]
-        torch._C._cuda_beginAllocateToPool(index, entry[0])
-        entry[1] += 1
+            entry = self._pools[(device, pool)] = _TwinCudaPool(torch.cuda.graph_pool_handle())
+        if entry.capturing == 0:
+            torch._C._cuda_beginAllocateToPool(index, entry.handle)
+            entry.references += 1
+        entry.capturing += 1
+        entry.users += 1
 
     def end_allocate(self, device: int, pool: tuple[int, int]) -> None:
         entry = self._pools.get((device, pool))
-        if entry is not None:
-            torch._C._cuda_endAllocateToPool(self._twin(device), entry[0])
+        if entry is None or entry.capturing == 0:
+            return
+        entry.capturing -= 1
+        if entry.capturing == 0:
+            torch._C._cuda_endAllocateToPool(self._twin(device), entry.handle)
 
     def release(self, device: int, pool: tuple[int, int]) -> None:
         entry = self._pools.get((device, pool))
         if entry is None:
             return
-        entry[1] -= 1
-        torch._C._cuda_releasePool(self._twin(device), entry[0])
-        if entry[1] == 0:
-            del self._pools[(device, pool)]
+        entry.users -= 1
+        if entry.users > 0:
+            return
+        del self._pools[(device, pool)]
+        for _ in range(entry.references):
+            torch._C._cuda_releasePool(self._twin(device), entry.handle)
+
+
+@dataclass
+class _TwinCudaPool:
+    """One flagos pool's graph pool in PyTorch's CUDA allocator."""
+
+    handle: tuple[int, int]
+    users: int = 0  # the flagos graphs (and captures under way) that hold it
+    capturing: int = 0  # captures under way into it
+    references: int = 0  # beginAllocateToPool calls, each a reference releasePool returns
 
 
 _twin_cuda_pools = _TwinCudaPools()

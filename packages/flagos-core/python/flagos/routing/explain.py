@@ -36,6 +36,10 @@ class DeviceRoute:
     (``torch.flagos.graph``); None where the core has not registered the provider."""
     capture_note: str | None = None
     """Why a capture refuses the op although :attr:`provider` is capture-safe."""
+    decomposed: bool = False
+    """Whether the op runs as its composite kernel, its parts each down its own route:
+    an op that reaches the routes as itself for a provider of that form, where no provider
+    before the CPU fallback is left on this device."""
 
     @property
     def provider(self) -> str:
@@ -57,8 +61,13 @@ class DeviceRoute:
                 s.reason or "kept" if s.kept else f"skipped, {s.reason}"))
         lines.append(f"    chain: {' -> '.join(d.chain)}")
         engine = f" ({self.engine} engine)" if self.engine else ""
-        lines.append(f"    served by: {self.provider}{engine}")
-        if self.capture_safe is not None:
+        if self.decomposed:
+            lines.append("    served by: its composite kernel (no provider before the cpu "
+                         "fallback); each part goes down its own route")
+            lines.append("    graph capture: as its parts")
+        else:
+            lines.append(f"    served by: {self.provider}{engine}")
+        if self.capture_safe is not None and not self.decomposed:
             lines.append("    graph capture: " + ("yes" if self.capture_safe else
                                                    f"no ({self.capture_note or 'a capture that reaches it fails'})"))
         return "\n".join(lines)
@@ -107,6 +116,7 @@ def explain(op: str) -> Explanation | OpExplanation:
     engines = _state.backend.provider_engines()
     capture_safe = getattr(_state.backend, "capture_safe", lambda name: None)
     random = torch.Tag.nondeterministic_seeded in ops.overload(op).tags
+    routed_as_itself = getattr(_state.backend, "routed_as_itself", lambda op: False)
 
     def route(index: int | None, hal: str | None) -> DeviceRoute:
         decision = table.decide(op, hal)
@@ -115,7 +125,8 @@ def explain(op: str) -> Explanation | OpExplanation:
         if safe and random and index is not None and \
                 not _state.backend.captures_random_ops(first, index):
             safe, note = False, "a random op: its kernel would draw the same numbers at every replay"
-        return DeviceRoute(index, decision, engines.get(first), safe, note)
+        decomposed = engines.get(first) == "cpu fallback" and routed_as_itself(op)
+        return DeviceRoute(index, decision, engines.get(first), safe, note, decomposed)
 
     hals = table.device_hals()
     if not hals:
