@@ -355,7 +355,9 @@ typedef struct flagos_hal_table {
    * outside the capture) fails with INVALID_VALUE and invalidates the capture: its
    * stream_end_capture then fails too, and the stream no longer captures. malloc and
    * host_malloc stay legal meanwhile, on any thread (a graph's memory grows during its
-   * capture); they are not recorded. */
+   * capture); they are not recorded. Several streams of a device may capture at once, on
+   * one thread: ending, instantiating, replaying and destroying one capture stays legal
+   * while another records. */
   /* Start recording the work queued on `stream`. A stream already capturing, or a default
    * stream, is INVALID_VALUE. */
   flagos_status_t (*stream_begin_capture)(flagos_stream_t stream);

@@ -194,3 +194,44 @@ def _capture_allocates(hal: Hal):
         hal.free(0, p)
     hal.stream_destroy(stream)
     return "device and pinned host memory allocated while capturing"
+
+
+@check("capture_overlaps")
+def _capture_overlaps(hal: Hal):
+    """Two streams of the device capture at once on one thread (two graphs recorded side
+    by side): one capture ends, is instantiated, replayed and destroyed while the other
+    still records; the other then ends and replays what it recorded alone."""
+    _needs_capture(hal)
+    first, second = hal.stream_create(0), hal.stream_create(0)
+    a, b = hal.malloc(0, N), hal.malloc(0, N)
+    hal.memset(a, 0, N)
+    hal.memset(b, 0, N)
+    hal.begin_capture(first)
+    hal.begin_capture(second)
+    hal.memset_async(a, 0x11, N, first)
+    hal.memset_async(b, 0x22, N, second)
+    try:
+        capture = hal.end_capture(first)
+        replay = hal.instantiate(capture)
+        hal.replay(replay, first)
+        hal.stream_synchronize(first)
+        hal.replay_destroy(replay)
+        hal.capture_destroy(capture)
+    except HalError as e:
+        hal.end_capture(second)
+        raise AssertionError(f"ending a capture while another stream captures failed: {e}") from e
+    expect(hal.read(a, N) == b"\x11" * N, "the first graph's replay did not run its work")
+    expect(hal.is_capturing(second), "the second stream stopped capturing when the first ended")
+    expect(hal.read(b, N) == bytes(N), "the second stream's recorded work ran while recorded")
+    capture = hal.end_capture(second)
+    replay = hal.instantiate(capture)
+    hal.replay(replay, second)
+    hal.stream_synchronize(second)
+    expect(hal.read(b, N) == b"\x22" * N, "the second graph's replay did not run its work")
+    hal.replay_destroy(replay)
+    hal.capture_destroy(capture)
+    for p in (a, b):
+        hal.free(0, p)
+    for s in (first, second):
+        hal.stream_destroy(s)
+    return "two streams at once; one ended, instantiated and replayed while the other records"

@@ -1,5 +1,5 @@
 // The CUDA HAL: stream capture. A capture is CUDA stream capture (thread-local mode: only
-// this thread's unsafe calls invalidate it) into a CUgraph; a replay is its CUgraphExec,
+// this thread's unsafe calls invalidate it; the HAL's own run relaxed) into a CUgraph; a replay is its CUgraphExec,
 // launched on any stream of the device. The kit refuses the waits on a capturing stream
 // before the driver sees them (kit/capture.hpp).
 #include "cuda.hpp"
@@ -19,11 +19,22 @@ Status release(Handle& handle, CUresult (*destroy)(Handle), const char* fn) {
 
 }  // namespace
 
+RelaxedCaptureMode::RelaxedCaptureMode() : mode_(CU_STREAM_CAPTURE_MODE_RELAXED) {
+  if (driver.cuThreadExchangeStreamCaptureMode &&
+      driver.cuThreadExchangeStreamCaptureMode(&mode_) == CUDA_SUCCESS) swapped_ = true;
+}
+
+RelaxedCaptureMode::~RelaxedCaptureMode() {
+  if (swapped_) driver.cuThreadExchangeStreamCaptureMode(&mode_);
+}
+
 CudaCapturedWork::~CudaCapturedWork() {
+  RelaxedCaptureMode relaxed;
   if (graph) driver.cuGraphDestroy(graph);
 }
 
 CudaReplay::~CudaReplay() {
+  RelaxedCaptureMode relaxed;
   if (exec) driver.cuGraphExecDestroy(exec);
 }
 
@@ -38,11 +49,13 @@ Status Cuda::stream_end_capture(Stream& s, CapturedWork& work) {
 }
 
 Status Cuda::capture_instantiate(CapturedWork& work, Replay& replay) {
+  RelaxedCaptureMode relaxed;
   CU_CALL(cuGraphInstantiateWithFlags, &replay.exec, work.graph, 0ull);
   return FLAGOS_SUCCESS;
 }
 
 Status Cuda::capture_destroy(CapturedWork& work) {
+  RelaxedCaptureMode relaxed;
   return release(work.graph, driver.cuGraphDestroy, "cuGraphDestroy");
 }
 
@@ -52,6 +65,7 @@ Status Cuda::replay_launch(Replay& replay, Stream& s) {
 }
 
 Status Cuda::replay_destroy(Replay& replay) {
+  RelaxedCaptureMode relaxed;
   return release(replay.exec, driver.cuGraphExecDestroy, "cuGraphExecDestroy");
 }
 

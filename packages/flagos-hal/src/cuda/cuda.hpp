@@ -186,4 +186,22 @@ struct Cuda : kit::VendorDefaults {
 
 using Kit = kit::Hal<Cuda>;
 
+// The driver's "potentially unsafe" calls (allocating, instantiating or destroying a graph)
+// would invalidate a capture this thread runs (thread-local mode). Those flagos makes while
+// a stream captures are not part of any graph: core's allocator grows a graph's private
+// pool during its capture, and a capture on one stream may end and be instantiated while
+// another stream of the thread still captures. They run in relaxed mode, as PyTorch's CUDA
+// allocator's do; a driver without cuThreadExchangeStreamCaptureMode keeps its mode.
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode();
+  ~RelaxedCaptureMode();
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  int mode_;
+  bool swapped_ = false;
+};
+
 }  // namespace flagos_cuda

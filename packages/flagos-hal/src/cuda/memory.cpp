@@ -16,28 +16,6 @@ Status alloc_fail(CUresult r, const char* fn, const std::string& what) {
   return r == CUDA_ERROR_INVALID_VALUE ? FLAGOS_ERROR_OUT_OF_MEMORY : st;
 }
 
-// Allocating is a "potentially unsafe" call that would invalidate a capture this thread
-// runs (thread-local mode): core's allocator takes new segments for a graph's private pool
-// during its capture. The allocation is not part of the graph (a replay allocates nothing),
-// so it runs in relaxed mode, as PyTorch's CUDA allocator does; freeing never happens
-// while capturing (the allocator defers it).
-class RelaxedCaptureMode {
- public:
-  RelaxedCaptureMode() {
-    if (driver.cuThreadExchangeStreamCaptureMode &&
-        driver.cuThreadExchangeStreamCaptureMode(&mode_) == CUDA_SUCCESS) swapped_ = true;
-  }
-  ~RelaxedCaptureMode() {
-    if (swapped_) driver.cuThreadExchangeStreamCaptureMode(&mode_);
-  }
-  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
-  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
-
- private:
-  int mode_ = CU_STREAM_CAPTURE_MODE_RELAXED;
-  bool swapped_ = false;
-};
-
 }  // namespace
 
 Status Cuda::mem_get_info(int, size_t* free_bytes, size_t* total_bytes) {

@@ -43,7 +43,8 @@ static alloc_t g_allocs[MAX_ALLOCS];
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static __thread ctx_t* t_ctx;
 /* As the driver: while this thread captures in global or thread-local mode, it may not
- * allocate unless it swapped its own mode to relaxed (cuThreadExchangeStreamCaptureMode). */
+ * allocate or instantiate a graph unless it swapped its own mode to relaxed
+ * (cuThreadExchangeStreamCaptureMode). */
 static __thread int t_capture_mode; /* CU_STREAM_CAPTURE_MODE_GLOBAL */
 static __thread int t_strict_captures;
 static int allocation_refused(void) { return t_strict_captures > 0 && t_capture_mode != 2; }
@@ -361,6 +362,7 @@ static graph_t* copy_graph(const graph_t* g) {
 }
 CUresult cuGraphInstantiateWithFlags(graph_t** exec, graph_t* g, unsigned long long flags) {
   if (!g || flags) return INVALID_VALUE;
+  if (allocation_refused()) return CAPTURE_UNSUPPORTED; /* another stream still captures */
   *exec = copy_graph(g);
   return OK;
 }
