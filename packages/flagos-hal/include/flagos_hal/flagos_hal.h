@@ -356,8 +356,8 @@ typedef struct flagos_hal_table {
    * stream_end_capture then fails too, and the stream no longer captures. malloc and
    * host_malloc stay legal meanwhile, on any thread (a graph's memory grows during its
    * capture); they are not recorded. Several streams of a device may capture at once, on
-   * one thread: ending, instantiating, replaying and destroying one capture stays legal
-   * while another records. */
+   * one thread: ending, instantiating and destroying one capture stays legal while another
+   * records. */
   /* Start recording the work queued on `stream`. A stream already capturing, or a default
    * stream, is INVALID_VALUE. */
   flagos_status_t (*stream_begin_capture)(flagos_stream_t stream);
