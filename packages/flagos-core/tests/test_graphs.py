@@ -7,12 +7,33 @@ from __future__ import annotations
 
 import copy
 import gc
+import weakref
 
 import flagos.routing
 import pytest
 import torch
 
 F = torch.flagos
+
+
+@pytest.fixture(autouse=True)
+def _no_capture_outlives_its_test(monkeypatch):
+    """A test that fails between capture_begin and capture_end leaves its stream capturing
+    (its traceback holds the graph), and every later test would fail on that stream: the
+    graphs a test began are reset after it, which ends a capture still under way."""
+    begun: list[weakref.ref] = []
+    capture_begin = F.Graph.capture_begin
+
+    def tracked(self, *args, **kwargs):
+        capture_begin(self, *args, **kwargs)
+        begun.append(weakref.ref(self))
+
+    monkeypatch.setattr(F.Graph, "capture_begin", tracked)
+    yield
+    for ref in begun:
+        g = ref()
+        if g is not None:
+            g.reset()
 
 
 def _mlp() -> torch.nn.Module:
