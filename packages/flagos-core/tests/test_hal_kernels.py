@@ -46,8 +46,9 @@ def axpy(image) -> kernels.Kernel:
     return kernels.KernelModule(0, FORMAT, image).kernel("axpy", SIGNATURE)
 
 
-def _launch(kernel: kernels.Kernel, x: torch.Tensor, y: torch.Tensor, alpha: float) -> torch.Tensor:
-    out = torch.empty_like(x)
+def _launch(kernel: kernels.Kernel, x: torch.Tensor, y: torch.Tensor, alpha: float,
+            out: torch.Tensor | None = None) -> torch.Tensor:
+    out = torch.empty_like(x) if out is None else out
     n = x.numel()
     kernel.launch(((n + BLOCK - 1) // BLOCK,), (BLOCK,), x, y, out, alpha, n)
     return out
@@ -155,6 +156,42 @@ def test_the_launch_cache_relaunches_hal_kernels_from_cpp(axpy_op):
     with launch_cache.disabled():
         op(fx, fy, 0.5)
     assert calls == [0.5, 3.0, 0.5]
+
+
+@pytest.fixture(scope="module")
+def axpy_twice_op(axpy):
+    """A launch-cached op of two launches through a temporary in flagos memory:
+    tmp = alpha * x + y, then out = alpha * tmp + y."""
+    lib = torch.library.Library("flagos_test_hal_kernels_twice", "DEF")
+    lib.define("axpy_twice(Tensor x, Tensor y, float alpha) -> Tensor")
+    calls = []
+
+    def kernel(x, y, alpha):
+        calls.append(alpha)
+        spare = torch.empty(3, device=x.device)  # allocated and freed before any launch
+        del spare
+        tmp = torch.empty(x.numel() + 8, device=x.device)[4:4 + x.numel()]  # inside its block
+        return _launch(axpy, _launch(axpy, x, y, alpha, out=tmp), y, alpha)
+
+    launch_cache.register("flagos_test_hal_kernels_twice::axpy_twice", "flagos", kernel)
+    yield torch.ops.flagos_test_hal_kernels_twice.axpy_twice, calls
+    lib._destroy()
+
+
+def test_the_launch_cache_relaunches_launches_through_temporaries(axpy_twice_op):
+    op, calls = axpy_twice_op
+    before = launch_cache.stats()
+    for _ in range(3):
+        x, y = torch.randn(300), torch.randn(300)
+        got = op(x.to("flagos"), y.to("flagos"), 2.0)
+        torch.testing.assert_close(got.cpu(), 2.0 * (2.0 * x + y) + y)
+    after = launch_cache.stats()
+    assert calls == [2.0]
+    assert after["relaunched"] - before["relaunched"] == 2 and after["kept"] - before["kept"] == 1
+    allocated = torch.flagos.memory_allocated()
+    op(torch.ones(300, device="flagos"), torch.ones(300, device="flagos"), 1.0)  # Python
+    op(torch.ones(300, device="flagos"), torch.ones(300, device="flagos"), 1.0)  # C++
+    assert torch.flagos.memory_allocated() == allocated  # the temporaries went back
 
 
 # ---- Triton's driver for flagos devices (flagos.triton_driver) --------------------------

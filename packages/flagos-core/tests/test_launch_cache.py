@@ -2,7 +2,8 @@
 test op's Python kernel allocates its result and calls a C function (a ctypes callback)
 as a device kernel would be launched, recording the launch; later calls with the same
 argument metadata must run the function from C++ with this call's pointers, and anything
-a kept launch could get wrong must not be kept."""
+kept launches could get wrong must not be kept. (A temporary of host memory is one: only
+flagos memory is known to the launch cache, through the HAL path.)"""
 
 from __future__ import annotations
 
@@ -165,7 +166,16 @@ def test_kernel_errors_reach_the_caller_and_are_not_kept() -> None:
     assert _delta(before)["relaunched"] == 0
 
 
-@pytest.mark.parametrize("op", ["two_launches", "temporary", "aliased", "padded"])
+def test_several_launches_are_kept_and_run_in_order() -> None:
+    before = launch_cache.stats()
+    for _ in range(3):
+        x, y = torch.randn(16), torch.randn(16)
+        torch.testing.assert_close(ops.two_launches(x, y, 0.5), x + y)  # the second reads the first's
+    assert _delta(before) == {"relaunched": 2, "python": 1, "kept": 1, "unkeyed": 0}
+    assert _calls[-2:] == [(16, 1, 1), (16, 1, 1)]
+
+
+@pytest.mark.parametrize("op", ["temporary", "aliased", "padded"])
 def test_launches_a_kept_one_could_get_wrong_are_not_kept(op: str) -> None:
     before = launch_cache.stats()
     for _ in range(3):

@@ -631,6 +631,8 @@ struct Context {
   void* ptr;
 };
 
+thread_local AllocationLog* t_allocation_log = nullptr;
+
 class FlagosAllocator final : public c10::DeviceAllocator {
  public:
   FlagosAllocator() : passthrough_(passthrough_from_env()) {}
@@ -643,12 +645,19 @@ class FlagosAllocator final : public c10::DeviceAllocator {
     if (passthrough_) {
       void* ptr = pool(device).malloc_passthrough(n, may_fail);
       if (!ptr) return c10::DataPtr(nullptr, dev);
+      logged(ptr, n);
       return c10::DataPtr(ptr, new Context{device, ptr}, &passthrough_delete, dev);
     }
     // The block itself is the context: freeing needs no lookup and no extra allocation.
     Block* block = pool(device).malloc(n, current_stream(device).id(), may_fail);
     if (!block) return c10::DataPtr(nullptr, dev);
+    logged(block->ptr, n);
     return c10::DataPtr(block->ptr, block, &cached_delete, dev);
+  }
+
+  static void logged(void* ptr, size_t n) {
+    if (C10_UNLIKELY(t_allocation_log != nullptr))
+      t_allocation_log->blocks.emplace_back(reinterpret_cast<uintptr_t>(ptr), n);
   }
 
   c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
@@ -740,6 +749,12 @@ bool is_flagos_data_ptr(const c10::DataPtr& data_ptr) {
   return FlagosAllocator::instance().owns(data_ptr);
 }
 bool allocator_passthrough() { return FlagosAllocator::instance().passthrough(); }
+
+AllocationLog* set_allocation_log(AllocationLog* log) {
+  AllocationLog* previous = t_allocation_log;
+  t_allocation_log = log;
+  return previous;
+}
 
 std::vector<SegmentSnapshot> memory_snapshot() {
   std::vector<SegmentSnapshot> out;

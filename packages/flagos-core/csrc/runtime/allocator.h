@@ -3,7 +3,9 @@
 
 #include <c10/core/CachingDeviceAllocator.h>
 
+#include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace flagos {
@@ -30,6 +32,15 @@ bool is_flagos_data_ptr(const c10::DataPtr& data_ptr);
 std::vector<std::pair<std::string, int64_t>> memory_stats(c10::DeviceIndex device);
 std::vector<SegmentSnapshot> memory_snapshot();
 bool allocator_passthrough();
+
+// The device allocations this thread makes while a log is set, as (data pointer, bytes):
+// the launch cache learns from it which of a Python kernel's launch pointers are
+// temporaries (engines/launch/launch_cache.h).
+struct AllocationLog {
+  std::vector<std::pair<uintptr_t, size_t>> blocks;
+};
+// Sets this thread's log (nullptr: none) and returns the one set before.
+AllocationLog* set_allocation_log(AllocationLog* log);
 
 // Graph pools (the stream graphs of csrc/capture/): while `stream` of flagos:`device`
 // captures, its allocations come from pool `pool`, whose memory no other allocation

@@ -1,21 +1,25 @@
-"""The launch cache: ops whose Python kernel is one launch of a compiled kernel, relaunched
-from C++ on repeated calls.
+"""The launch cache: ops whose Python kernel is a few launches of compiled kernels,
+relaunched from C++ on repeated calls.
 
 A Triton kernel's Python wrapper costs tens of microseconds of host time per call (its
 checks, the binding of each argument, the launch through Python), more than the GPU time
 of a small kernel: a decode step at batch 1 is bound by it. :func:`register` puts a C++
 kernel in the op's place for one device type. It keys each call by its arguments'
 metadata (each tensor's dtype, device, sizes, strides and 16-byte alignment, every other
-argument's value); the first call of a key runs the Python kernel, which records the one
-launch it makes (:func:`record_triton` or :func:`record`); later calls of the key allocate
-the results as recorded and launch the kernel from C++ on the current stream, with no
+argument's value); the first call of a key runs the Python kernel, which records the
+launches it makes (:func:`record_triton` or :func:`record`; through the HAL,
+:mod:`flagos.kernels` records them itself); later calls of the key allocate the results
+as recorded and launch the kernels in order from C++ on the current stream, with no
 Python.
 
-Registering an op states that its Python kernel's launch (grid, constants, which argument
-each pointer is) and its results' shapes depend on its arguments' metadata only, and that
-the launch is the kernel's whole device work; the code that launches records only calls
-where that holds. A launch is kept only where every pointer it passes is the data pointer
-of exactly one argument or result, and the results are fresh tensors.
+Registering an op states that its Python kernel's launches (grids, constants, which
+argument each pointer is) and its results' shapes depend on its arguments' metadata only,
+and that the launches are the kernel's whole device work (memory it allocates is not
+initialized by anything else); the code that launches records only calls where that
+holds. Launches are kept only where every pointer they pass is the data pointer of
+exactly one argument or result, or, for launches through the HAL, points into exactly one
+block of flagos memory the kernel allocated that is not a result (a temporary, allocated
+again at each relaunch), and the results are fresh tensors; at most 16 launches a call.
 
 Kept launches do not call Triton's launch hooks (``triton.knobs.runtime``); records are
 not made while hooks are set, and :func:`clear` (or ``FLAGOS_LAUNCH_CACHE=0`` in the
@@ -67,7 +71,8 @@ def recording() -> bool:
 
 def record(function: int, grid: Sequence[int], block_threads: int, shared_bytes: int,
            params: Sequence[tuple[bool, int, int]], keepalive: object = None) -> bool:
-    """Record the launch the running Python kernel makes: ``function`` (a ``CUfunction``;
+    """Record a launch the running Python kernel makes (one call per launch, in order):
+    ``function`` (a ``CUfunction``;
     on "cpu" a ``void(const uint32_t grid[3], void** params)`` host function), the grid,
     the threads of a block, the dynamic shared memory, and each parameter as
     ``(is_pointer, bytes, bits)``. ``keepalive`` is held while the launch is kept (what
@@ -161,8 +166,8 @@ def _triton_hooked() -> bool:
 
 def stats() -> dict[str, int]:
     """Counts since start: ``relaunched`` (calls run from C++), ``python`` (calls that ran
-    the Python kernel), ``kept`` (launches kept), ``unkeyed`` (calls with arguments of a
-    kind not keyed)."""
+    the Python kernel), ``kept`` (calls whose launches were kept), ``unkeyed`` (calls with
+    arguments of a kind not keyed)."""
     return dict(_C._launch_cache_stats())
 
 

@@ -7,6 +7,7 @@
 #include <c10/util/SmallVector.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include <unordered_map>
 
 #include "engines/launch/twin_launchers.h"
+#include "runtime/allocator.h"
 #include "runtime/stream.h"
 
 namespace flagos {
@@ -24,6 +26,7 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "parameters narrower than 8 bytes are passed as the low bytes of a 64-bit slot");
 
 constexpr size_t kMaxParams = 64;
+constexpr size_t kMaxLaunches = 16;  // of one call
 
 // ---- keys ------------------------------------------------------------------------------
 
@@ -105,30 +108,41 @@ struct Result {
 };
 
 struct Param {
-  enum Kind : uint8_t { kArgPointer, kResultPointer, kValue } kind;
-  uint32_t index;  // argument or result
-  uint64_t bits;   // kValue
+  enum Kind : uint8_t { kArgPointer, kResultPointer, kTempPointer, kValue } kind;
+  uint32_t index;  // argument, result or temporary; a value's size in bytes
+  uint64_t bits;   // kValue: the value; kTempPointer: the offset into the temporary
 };
 
-struct Launch {
+// One kernel launch of a kept call.
+struct KernelRun {
   bool hal = false;   // launched through the HAL (hal_kernel), else on the twin (kernel)
   KernelLaunch hal_kernel;
   CompiledLaunch kernel;
   PyObjectRef keepalive;
-  c10::Device device{c10::kCPU};
-  std::vector<Result> results;
   std::vector<Param> params;
 };
 
-// What record_launch was given, resolved into a Launch once the Python kernel returns.
-struct Recorded {
-  int launches = 0;
-  bool valid = false;  // the one launch fits a kept launch
+// A kept call: its results and temporaries made as recorded, then its launches in order.
+struct Launch {
+  c10::Device device{c10::kCPU};
+  std::vector<Result> results;
+  std::vector<size_t> temporaries;  // bytes of each (flagos memory, freed after the launches)
+  std::vector<KernelRun> runs;
+};
+
+// What record_launch and record_hal_launch were given, resolved into a Launch once the
+// Python kernel returns, and the device memory the kernel allocated meanwhile.
+struct RecordedLaunch {
   bool hal = false;
   KernelLaunch hal_kernel;
   CompiledLaunch kernel;
   PyObjectRef keepalive;
   std::vector<LaunchParam> params;
+};
+struct Recorded {
+  bool valid = true;  // false: some of the kernel's work could not be kept
+  std::vector<RecordedLaunch> launches;
+  AllocationLog allocations;
 };
 thread_local Recorded* recording = nullptr;
 
@@ -155,14 +169,11 @@ std::atomic<bool> enabled{[] {
 }()};
 std::atomic<int64_t> n_relaunched{0}, n_python{0}, n_kept{0}, n_unkeyed{0};
 
-// The kept launch's parameters resolved against one call: argument and result pointers.
+// The recorded launches' parameters resolved against one call: argument, result and
+// temporary pointers.
 std::optional<Launch> resolve(const Recorded& rec, const std::vector<c10::IValue>& args,
                               const torch::jit::Stack& stack, size_t num_results) {
   Launch l;
-  l.hal = rec.hal;
-  l.hal_kernel = rec.hal_kernel;
-  l.kernel = rec.kernel;
-  l.keepalive = rec.keepalive;
   std::vector<at::Tensor> results;
   for (size_t i = stack.size() - num_results; i < stack.size(); ++i) {
     if (!stack[i].isTensor()) return std::nullopt;
@@ -181,45 +192,81 @@ std::optional<Launch> resolve(const Recorded& rec, const std::vector<c10::IValue
   }
   if (results.empty()) return std::nullopt;
   l.device = results.front().device();
-  // the function belongs to the context of the device current at the launch (a Python
-  // kernel runs without a device guard): keep it only where that is the results' device
-  if (l.hal) {
-    // a HAL kernel belongs to the device its module was loaded on
-    if (l.device.type() != c10::DeviceType::PrivateUse1 || l.device.index() != l.hal_kernel.device)
-      return std::nullopt;
-  } else {
-    const auto* impl = c10::impl::getDeviceGuardImpl(l.device.type());
-    if (!l.device.is_cpu() && impl->getDevice() != l.device) return std::nullopt;
+  // Temporaries: what the kernel allocated on the device that is no result. Only through
+  // the HAL, where all of a kernel's device memory comes from the flagos allocator.
+  std::vector<std::pair<uintptr_t, size_t>> temporaries;
+  for (const auto& [ptr, bytes] : rec.allocations.blocks) {
+    bool result = false;
+    for (const auto& r : results)
+      result = result || reinterpret_cast<uintptr_t>(r.storage().data()) == ptr;
+    if (!result) temporaries.emplace_back(ptr, bytes);
   }
-  for (const LaunchParam& p : rec.params) {
-    if (!p.pointer || p.bits == 0) {
-      l.params.push_back({Param::kValue, p.bytes, p.bits});
-      continue;
+  std::vector<int64_t> temporary_index(temporaries.size(), -1);
+  for (const RecordedLaunch& rl : rec.launches) {
+    KernelRun run;
+    run.hal = rl.hal;
+    run.hal_kernel = rl.hal_kernel;
+    run.kernel = rl.kernel;
+    run.keepalive = rl.keepalive;
+    // the function belongs to the context of the device current at the launch (a Python
+    // kernel runs without a device guard): keep it only where that is the results' device
+    if (rl.hal) {
+      // a HAL kernel belongs to the device its module was loaded on
+      if (l.device.type() != c10::DeviceType::PrivateUse1 || l.device.index() != rl.hal_kernel.device)
+        return std::nullopt;
+    } else {
+      const auto* impl = c10::impl::getDeviceGuardImpl(l.device.type());
+      if (!l.device.is_cpu() && impl->getDevice() != l.device) return std::nullopt;
     }
-    std::optional<Param> source;
-    int matches = 0;
-    auto match = [&](const at::Tensor& t, Param::Kind kind, uint32_t index) {
-      if (t.defined() && reinterpret_cast<uintptr_t>(t.data_ptr()) == p.bits) {
-        ++matches;
-        source = Param{kind, index, 0};
+    for (const LaunchParam& p : rl.params) {
+      if (!p.pointer || p.bits == 0) {
+        run.params.push_back({Param::kValue, p.bytes, p.bits});
+        continue;
       }
-    };
-    for (size_t i = 0; i < args.size(); ++i)
-      if (args[i].isTensor()) match(args[i].toTensor(), Param::kArgPointer, uint32_t(i));
-    for (size_t i = 0; i < results.size(); ++i) match(results[i], Param::kResultPointer, uint32_t(i));
-    if (matches != 1) return std::nullopt;  // a temporary, or ambiguous
-    l.params.push_back(*source);
+      std::optional<Param> source;
+      int matches = 0;
+      auto match = [&](const at::Tensor& t, Param::Kind kind, uint32_t index) {
+        if (t.defined() && reinterpret_cast<uintptr_t>(t.data_ptr()) == p.bits) {
+          ++matches;
+          source = Param{kind, index, 0};
+        }
+      };
+      for (size_t i = 0; i < args.size(); ++i)
+        if (args[i].isTensor()) match(args[i].toTensor(), Param::kArgPointer, uint32_t(i));
+      for (size_t i = 0; i < results.size(); ++i) match(results[i], Param::kResultPointer, uint32_t(i));
+      if (matches == 0 && rl.hal) {
+        // inside one temporary (not two: a block freed and taken again within the call)
+        for (size_t t = 0; t < temporaries.size(); ++t) {
+          auto [ptr, bytes] = temporaries[t];
+          if (p.bits < ptr || p.bits >= ptr + std::max<size_t>(bytes, 1)) continue;
+          if (ptr % 16) return std::nullopt;  // a relaunch's block may align differently
+          ++matches;
+          if (temporary_index[t] < 0) {
+            temporary_index[t] = static_cast<int64_t>(l.temporaries.size());
+            l.temporaries.push_back(bytes);
+          }
+          source = Param{Param::kTempPointer, uint32_t(temporary_index[t]), p.bits - ptr};
+        }
+      }
+      if (matches != 1) return std::nullopt;  // unknown memory, or ambiguous
+      run.params.push_back(*source);
+    }
+    l.runs.push_back(std::move(run));
   }
   return l;
 }
 
 enum class Relaunch { kDone, kNotNow, kFailed };
 
-// Runs the kept launch for the call at the top of `stack`: results made, kernel launched,
-// arguments replaced by the results. Otherwise the stack is untouched: kNotNow where it
-// cannot run now, kFailed (with the driver's error in `error`) where the launch failed.
+// Runs the kept launches for the call at the top of `stack`: results and temporaries made,
+// kernels launched in order, arguments replaced by the results. Otherwise the stack is
+// untouched: kNotNow where they cannot run now, kFailed (with the driver's error in
+// `error`) where a launch failed (the results, fresh memory, are dropped; arguments are
+// never written).
 Relaunch relaunch(const Launch& l, torch::jit::Stack* stack, size_t num_args, std::string& error) {
-  if ((!l.hal && !twin_can_launch(l.device)) || l.params.size() > kMaxParams) return Relaunch::kNotNow;
+  for (const KernelRun& run : l.runs)
+    if ((!run.hal && !twin_can_launch(l.device)) || run.params.size() > kMaxParams)
+      return Relaunch::kNotNow;
   c10::DeviceGuard guard(l.device);
   std::vector<at::Tensor> results;
   results.reserve(l.results.size());
@@ -228,34 +275,46 @@ Relaunch relaunch(const Launch& l, torch::jit::Stack* stack, size_t num_args, st
     if (r.aligned && reinterpret_cast<uintptr_t>(results.back().data_ptr()) % 16)
       return Relaunch::kNotNow;  // the kernel was specialized on an aligned result
   }
-  uint64_t values[kMaxParams];
-  void* ptrs[kMaxParams];
-  size_t sizes[kMaxParams];
-  const size_t base = stack->size() - num_args;
-  for (size_t i = 0; i < l.params.size(); ++i) {
-    const Param& p = l.params[i];
-    sizes[i] = sizeof(void*);
-    switch (p.kind) {
-      case Param::kArgPointer:
-        values[i] = reinterpret_cast<uintptr_t>((*stack)[base + p.index].toTensor().data_ptr());
-        break;
-      case Param::kResultPointer:
-        values[i] = reinterpret_cast<uintptr_t>(results[p.index].data_ptr());
-        break;
-      case Param::kValue:
-        values[i] = p.bits;
-        sizes[i] = p.index;  // a value's size in bytes
-        break;
-    }
-    ptrs[i] = &values[i];
+  // Freed when this returns, after the launches are queued on the current stream: the
+  // allocator gives their blocks again only to work queued after them on that stream.
+  c10::SmallVector<c10::DataPtr, 4> temporaries;
+  for (size_t bytes : l.temporaries) {
+    temporaries.push_back(allocate_on_device(l.device.index(), bytes));
+    if (reinterpret_cast<uintptr_t>(temporaries.back().get()) % 16) return Relaunch::kNotNow;
   }
-  if (l.hal) {
-    if (launch_kernel(l.hal_kernel, current_stream(l.hal_kernel.device), ptrs, sizes,
-                      static_cast<int>(l.params.size()), &error) != FLAGOS_SUCCESS)
-      return Relaunch::kFailed;
-  } else {
-    error = twin_launch(l.kernel, l.device, ptrs);
-    if (!error.empty()) return Relaunch::kFailed;
+  const size_t base = stack->size() - num_args;
+  for (const KernelRun& run : l.runs) {
+    uint64_t values[kMaxParams];
+    void* ptrs[kMaxParams];
+    size_t sizes[kMaxParams];
+    for (size_t i = 0; i < run.params.size(); ++i) {
+      const Param& p = run.params[i];
+      sizes[i] = sizeof(void*);
+      switch (p.kind) {
+        case Param::kArgPointer:
+          values[i] = reinterpret_cast<uintptr_t>((*stack)[base + p.index].toTensor().data_ptr());
+          break;
+        case Param::kResultPointer:
+          values[i] = reinterpret_cast<uintptr_t>(results[p.index].data_ptr());
+          break;
+        case Param::kTempPointer:
+          values[i] = reinterpret_cast<uintptr_t>(temporaries[p.index].get()) + p.bits;
+          break;
+        case Param::kValue:
+          values[i] = p.bits;
+          sizes[i] = p.index;  // a value's size in bytes
+          break;
+      }
+      ptrs[i] = &values[i];
+    }
+    if (run.hal) {
+      if (launch_kernel(run.hal_kernel, current_stream(run.hal_kernel.device), ptrs, sizes,
+                        static_cast<int>(run.params.size()), &error) != FLAGOS_SUCCESS)
+        return Relaunch::kFailed;
+    } else {
+      error = twin_launch(run.kernel, l.device, ptrs);
+      if (!error.empty()) return Relaunch::kFailed;
+    }
   }
   torch::jit::drop(*stack, num_args);
   for (auto& r : results) stack->emplace_back(std::move(r));
@@ -265,12 +324,9 @@ Relaunch relaunch(const Launch& l, torch::jit::Stack* stack, size_t num_args, st
 // ---- the kernel ------------------------------------------------------------------------
 
 // Device work of a cached op inside another's Python kernel (its own recorded or kept
-// launch): the enclosing kernel's one recorded launch would not be its whole work.
+// launches): the enclosing kernel's recorded launches would not be its whole work.
 void invalidate_enclosing_recording() {
-  if (recording) {
-    recording->valid = false;
-    ++recording->launches;
-  }
+  if (recording) recording->valid = false;
 }
 
 // Closes this thread's recording on scope exit, restoring an enclosing one (a cached op
@@ -279,9 +335,13 @@ void invalidate_enclosing_recording() {
 struct RecordingScope {
   Recorded rec;
   Recorded* previous;
-  RecordingScope() : previous(recording) { recording = &rec; }
+  AllocationLog* previous_log;
+  RecordingScope() : previous(recording), previous_log(set_allocation_log(&rec.allocations)) {
+    recording = &rec;
+  }
   ~RecordingScope() {
     recording = previous;
+    set_allocation_log(previous_log);
     invalidate_enclosing_recording();
   }
 };
@@ -332,7 +392,7 @@ void cached_kernel(CachedOp* entry, const c10::OperatorHandle& op, torch::jit::S
   RecordingScope scope;
   bool ran = call_python_op_kernel(entry->kernel, op, stack);
   TORCH_CHECK(ran, "flagos launch cache: the kernel of ", op.operator_name(), " declined the call");
-  if (!keyed || scope.rec.launches != 1 || !scope.rec.valid) return;
+  if (!keyed || scope.rec.launches.empty() || !scope.rec.valid) return;
   auto l = resolve(scope.rec, args, *stack, num_results);
   if (!l) return;
   // Made and (if another thread kept one first) destroyed outside the lock: a Python
@@ -384,33 +444,33 @@ bool record_launch(uintptr_t function, const std::vector<uint32_t>& grid, uint32
                    const PyObjectRef& keepalive) {
   Recorded* rec = recording;
   if (!rec) return false;
-  if (++rec->launches > 1 || grid.size() != 3 || params.size() > kMaxParams) {
+  if (rec->launches.size() >= kMaxLaunches || grid.size() != 3 || params.size() > kMaxParams) {
     rec->valid = false;
     return true;
   }
-  rec->valid = true;
-  rec->kernel.function = function;
-  std::copy(grid.begin(), grid.end(), rec->kernel.grid);
-  rec->kernel.block_threads = block_threads;
-  rec->kernel.shared_bytes = shared_bytes;
-  rec->params = std::move(params);
-  rec->keepalive = keepalive;
+  RecordedLaunch& l = rec->launches.emplace_back();
+  l.kernel.function = function;
+  std::copy(grid.begin(), grid.end(), l.kernel.grid);
+  l.kernel.block_threads = block_threads;
+  l.kernel.shared_bytes = shared_bytes;
+  l.params = std::move(params);
+  l.keepalive = keepalive;
   return true;
 }
 
-bool record_hal_launch(const KernelLaunch& l, std::vector<LaunchParam> params,
+bool record_hal_launch(const KernelLaunch& launch, std::vector<LaunchParam> params,
                        const PyObjectRef& keepalive, bool on_current_stream) {
   Recorded* rec = recording;
   if (!rec) return false;
-  if (++rec->launches > 1 || params.size() > kMaxParams || !on_current_stream) {
+  if (rec->launches.size() >= kMaxLaunches || params.size() > kMaxParams || !on_current_stream) {
     rec->valid = false;
     return true;
   }
-  rec->valid = true;
-  rec->hal = true;
-  rec->hal_kernel = l;
-  rec->params = std::move(params);
-  rec->keepalive = keepalive;
+  RecordedLaunch& l = rec->launches.emplace_back();
+  l.hal = true;
+  l.hal_kernel = launch;
+  l.params = std::move(params);
+  l.keepalive = keepalive;
   return true;
 }
 

@@ -1,4 +1,4 @@
-// The launch cache: a Python kernel whose call is one launch of a compiled kernel (a
+// The launch cache: a Python kernel whose call is a few launches of compiled kernels (a
 // Triton kernel's wrapper: check, allocate the results, launch) relaunched from C++ on
 // later calls with the same argument metadata, without Python.
 //
@@ -9,18 +9,20 @@
 // record_launch). The boxed C++ kernel put in its place keys each call by its
 // arguments' metadata: each tensor's dtype, device, sizes, strides and 16-byte alignment,
 // every other argument's value (calls with other argument kinds always run the Python
-// kernel). A key seen before with a recorded launch is relaunched: results allocated as
-// recorded (at::empty_strided, so that the twin's result scopes serve them), then the
-// kernel launched on the current stream with the recorded grid, block, shared memory and
-// parameters, each a constant or the data pointer of an argument or result. Otherwise the
-// Python kernel runs while a recording is open on the thread; if it made exactly one
-// launch (record_launch) whose pointers are each the data pointer of exactly one argument
-// or result, and its results are fresh tensors, the launch is kept for the key.
+// kernel). A key seen before with recorded launches is relaunched: results allocated as
+// recorded (at::empty_strided, so that the twin's result scopes serve them), temporaries
+// from the flagos allocator, then the kernels launched in order on the current stream with
+// the recorded grids, blocks, shared memory and parameters, each a constant, the data
+// pointer of an argument or result, or a pointer into a temporary. Otherwise the Python
+// kernel runs while a recording is open on the thread (and the flagos allocator logs the
+// device memory it allocates); its launches (at most 16) are kept for the key when each
+// pointer is the data pointer of exactly one argument or result or, through the HAL, lies
+// in exactly one block the kernel allocated that is no result, and its results are fresh.
 //
 // Registering an op states that its Python kernel is such a function of its arguments'
-// metadata: the launch (grid, constants) and the results' shapes depend on nothing else,
-// and the launch is the whole of its device work. The code that launches says so per
-// call by recording only then (flagos/launch_cache.py for Triton's compiled kernels).
+// metadata: the launches (grids, constants) and the results' shapes depend on nothing
+// else, and the launches are the whole of its device work. The code that launches says so
+// per call by recording only then (flagos/launch_cache.py for Triton's compiled kernels).
 #pragma once
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -49,7 +51,7 @@ struct LaunchParam {
   uint64_t bits;
 };
 
-// Records the launch the running Python kernel makes (a CUfunction on CUDA, a host
+// Records a launch the running Python kernel makes (a CUfunction on CUDA, a host
 // function void(const uint32_t grid[3], void** params) on CPU); false when no recording is
 // open on this thread. `keepalive` is held as long as the launch is kept (the compiled
 // module owning `function`).
@@ -57,7 +59,7 @@ bool record_launch(uintptr_t function, const std::vector<uint32_t>& grid, uint32
                    uint32_t shared_bytes, std::vector<LaunchParam> params,
                    const PyObjectRef& keepalive);
 
-// Records the launch through the HAL the running Python kernel makes (`l`, a kernel of a
+// Records a launch through the HAL the running Python kernel makes (`l`, a kernel of a
 // module loaded on flagos:l.device); false when no recording is open on this thread.
 // `keepalive` is held as long as the launch is kept (the module owning the kernel). A
 // launch on another stream than the current one is not kept (a relaunch runs on the
@@ -75,7 +77,7 @@ bool launch_recording();
 struct LaunchCacheStats {
   int64_t relaunched = 0;  // calls run from C++
   int64_t python = 0;      // calls that ran the Python kernel
-  int64_t kept = 0;        // launches kept
+  int64_t kept = 0;        // calls whose launches were kept
   int64_t unkeyed = 0;     // calls whose arguments cannot be keyed
 };
 LaunchCacheStats launch_cache_stats();
