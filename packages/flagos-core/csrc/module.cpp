@@ -282,6 +282,7 @@ PYBIND11_MODULE(_C, m) {
                                  flagos::launch_params(params), flagos::PyObjectRef(keepalive.ptr()));
   });
   m.def("_launch_cache_recording", &flagos::launch_recording);
+  m.def("_launch_cache_spoil_recording", &flagos::spoil_launch_recording);
   m.def("_launch_cache_stats", [] {
     auto s = flagos::launch_cache_stats();
     py::dict d;

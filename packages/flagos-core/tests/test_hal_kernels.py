@@ -178,6 +178,25 @@ def axpy_twice_op(axpy):
     lib._destroy()
 
 
+def test_a_temporary_computed_by_an_aten_op_is_not_kept(axpy):
+    # Its values come from device work a relaunch would not do: the call stays in Python.
+    lib = torch.library.Library("flagos_test_hal_kernels_computed", "DEF")
+    lib.define("axpy_doubled(Tensor x, Tensor y, float alpha) -> Tensor")
+    launch_cache.register("flagos_test_hal_kernels_computed::axpy_doubled", "flagos",
+                          lambda x, y, alpha: _launch(axpy, x * 2, y, alpha))
+    try:
+        before = launch_cache.stats()
+        for _ in range(2):
+            x, y = torch.randn(64), torch.randn(64)
+            got = torch.ops.flagos_test_hal_kernels_computed.axpy_doubled(
+                x.to("flagos"), y.to("flagos"), 0.5)
+            torch.testing.assert_close(got.cpu(), x + y)
+        after = launch_cache.stats()
+        assert after["kept"] == before["kept"] and after["python"] - before["python"] == 2
+    finally:
+        lib._destroy()
+
+
 def test_the_launch_cache_relaunches_launches_through_temporaries(axpy_twice_op):
     op, calls = axpy_twice_op
     before = launch_cache.stats()

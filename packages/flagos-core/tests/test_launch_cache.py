@@ -15,7 +15,8 @@ import torch
 from flagos import launch_cache
 
 _lib = torch.library.Library("flagos_test_launch_cache", "DEF")
-for _name in ("axpy", "two_launches", "temporary", "aliased", "unkeyed", "nested", "padded"):
+for _name in ("axpy", "two_launches", "temporary", "aliased", "unkeyed", "nested", "padded",
+              "zeroed"):
     _lib.define(f"{_name}(Tensor x, Tensor y, float alpha) -> Tensor")
 _lib.define("unkeyed_list(Tensor x, Tensor[] ys, float alpha) -> Tensor")
 
@@ -101,6 +102,12 @@ def _padded(x, y, alpha):
     return out
 
 
+def _zeroed(x, y, alpha):
+    out = torch.zeros_like(x)  # device work a relaunch would not do
+    _launch(x, y, out, alpha)
+    return out
+
+
 def _unkeyed_list(x, ys, alpha):
     out = torch.empty_like(x)
     _launch(x, ys[0], out, alpha)
@@ -110,7 +117,7 @@ def _unkeyed_list(x, ys, alpha):
 for _name, _fn in (("axpy", _axpy_kernel), ("two_launches", _two_launches),
                    ("temporary", _temporary), ("aliased", _aliased),
                    ("unkeyed_list", _unkeyed_list), ("nested", _nested),
-                   ("padded", _padded)):
+                   ("padded", _padded), ("zeroed", _zeroed)):
     launch_cache.register(f"flagos_test_launch_cache::{_name}", "cpu", _fn)
 
 ops = torch.ops.flagos_test_launch_cache
@@ -175,7 +182,7 @@ def test_several_launches_are_kept_and_run_in_order() -> None:
     assert _calls[-2:] == [(16, 1, 1), (16, 1, 1)]
 
 
-@pytest.mark.parametrize("op", ["temporary", "aliased", "padded"])
+@pytest.mark.parametrize("op", ["temporary", "aliased", "padded", "zeroed"])
 def test_launches_a_kept_one_could_get_wrong_are_not_kept(op: str) -> None:
     before = launch_cache.stats()
     for _ in range(3):

@@ -14,9 +14,9 @@ Python.
 
 Registering an op states that its Python kernel's launches (grids, constants, which
 argument each pointer is) and its results' shapes depend on its arguments' metadata only,
-and that the launches are the kernel's whole device work (memory it allocates is not
-initialized by anything else); the code that launches records only calls where that
-holds. Launches are kept only where every pointer they pass is the data pointer of
+and that the launches are the kernel's whole device work; the code that launches records
+only calls where that holds, and a recorded call that runs an ATen op that computes (a
+fill, a copy, arithmetic: work a relaunch would not do) is not kept. Launches are kept only where every pointer they pass is the data pointer of
 exactly one argument or result, or, for launches through the HAL, points into exactly one
 block of flagos memory the kernel allocated that is not a result (a temporary, allocated
 again at each relaunch), and the results are fresh tensors; at most 16 launches a call.
@@ -60,7 +60,38 @@ def register(op: str, device_type: str, kernel: Callable) -> None:
     if key is None:
         raise ValueError(f"flagos launch cache: device type {device_type!r} is not one of "
                          f"{', '.join(_DISPATCH_KEYS)}")
-    _C._launch_cache_register(op, key, kernel)
+    _C._launch_cache_register(op, key, _watched(kernel))
+
+
+# ATen ops that do no device work: allocating without initializing, and metadata. Views
+# are recognized by their schema (OpOverload.is_view).
+_NO_DEVICE_WORK = frozenset({
+    "aten::empty.memory_format", "aten::empty_strided", "aten::empty_like", "aten::new_empty",
+    "aten::new_empty_strided", "aten::sym_size.int", "aten::sym_stride.int", "aten::sym_numel",
+    "aten::sym_storage_offset", "aten::is_contiguous", "aten::is_same_size",
+})
+
+
+def _watched(kernel: Callable) -> Callable:
+    """``kernel``, whose recorded calls are watched for device work other than their
+    launches: an ATen op that computes (a copy, a fill, arithmetic) spoils the recording,
+    since a relaunch would not do that work (a temporary or result it initialized would be
+    left as allocated). Calls not recorded run as they are."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class DeviceWorkWatch(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if not func.is_view and func.name() not in _NO_DEVICE_WORK:
+                _C._launch_cache_spoil_recording()
+            return func(*args, **(kwargs or {}))
+
+    def run(*args, **kwargs):
+        if not _C._launch_cache_recording():
+            return kernel(*args, **kwargs)
+        with DeviceWorkWatch():
+            return kernel(*args, **kwargs)
+
+    return run
 
 
 def recording() -> bool:

@@ -476,6 +476,10 @@ bool record_hal_launch(const KernelLaunch& launch, std::vector<LaunchParam> para
 
 bool launch_recording() { return recording != nullptr; }
 
+void spoil_launch_recording() {
+  if (recording) recording->valid = false;
+}
+
 std::vector<LaunchParam> launch_params(const std::vector<std::tuple<bool, int, uint64_t>>& params) {
   std::vector<LaunchParam> out;
   out.reserve(params.size());

@@ -73,6 +73,9 @@ std::vector<LaunchParam> launch_params(const std::vector<std::tuple<bool, int, u
 
 // Whether the running Python kernel is being recorded (on this thread).
 bool launch_recording();
+// The running Python kernel did device work besides its recorded launches (an ATen op
+// that computes): its launches are not kept.
+void spoil_launch_recording();
 
 struct LaunchCacheStats {
   int64_t relaunched = 0;  // calls run from C++
