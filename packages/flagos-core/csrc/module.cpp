@@ -283,6 +283,7 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_launch_cache_recording", &flagos::launch_recording);
   m.def("_launch_cache_spoil_recording", &flagos::spoil_launch_recording);
+  m.def("_set_provider_replayable", &flagos::set_provider_replayable);
   m.def("_launch_cache_stats", [] {
     auto s = flagos::launch_cache_stats();
     py::dict d;

@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 
+import flagos.routing
 import pytest
 import torch
 from flagos import kernels, launch_cache
@@ -340,3 +341,55 @@ def test_without_a_twin():
                        env=env, capture_output=True, text=True, timeout=600, check=False)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     assert " passed" in r.stdout and " failed" not in r.stdout, r.stdout[-2000:]
+
+
+class _AxpyProvider(flagos.routing.Provider):
+    """A Python provider of a test op on flagos tensors (alpha * x + y, one axpy launch
+    through the HAL), declared replayable; float32 only, other calls declined."""
+
+    name = "hal_kernels_axpy_provider"
+    replayable_ops = frozenset({"flagos_test_replayed::axpy"})
+
+    def __init__(self, kernel) -> None:
+        super().__init__()
+        self.kernel, self.calls = kernel, 0
+
+    def serves(self, op: str) -> bool:
+        return op in self.replayable_ops
+
+    def __call__(self, op, args, kwargs):
+        self.calls += 1
+        x, y, alpha = args
+        if not x.dtype == y.dtype == torch.float32:
+            return NotImplemented
+        return _launch(self.kernel, x, y, alpha)
+
+
+def test_a_replayable_python_providers_calls_are_relaunched_from_cpp(axpy):
+    lib = torch.library.Library("flagos_test_replayed", "DEF")
+    lib.define("axpy(Tensor x, Tensor y, float alpha) -> Tensor")
+    lib.impl("axpy", lambda x, y, alpha: alpha * x + y, "CPU")  # what the CPU fallback runs
+    provider = _AxpyProvider(axpy)
+    flagos.routing.register_provider(provider)
+    op = torch.ops.flagos_test_replayed.axpy
+    before = launch_cache.stats()
+    try:
+        with flagos.routing.override({"flagos_test_replayed::axpy": [provider.name]}):
+            flagos.routing.reset_stats()
+            for _ in range(3):
+                x, y = torch.randn(200), torch.randn(200)
+                torch.testing.assert_close(op(x.to("flagos"), y.to("flagos"), 0.5).cpu(),
+                                           0.5 * x + y)
+            assert provider.calls == 1  # the other two from C++, without Python
+            h = torch.randn(200, dtype=torch.float64)
+            for _ in range(2):  # declined: the next provider serves them, nothing is kept
+                torch.testing.assert_close(op(h.to("flagos"), h.to("flagos"), 2.0).cpu(), 3 * h)
+            assert provider.calls == 3
+            stats = flagos.routing.stats()["flagos_test_replayed::axpy"][provider.name]
+        assert stats["calls"] == 3 and stats["declined"] == 2
+        after = launch_cache.stats()
+        assert after["relaunched"] - before["relaunched"] == 2
+        assert after["kept"] - before["kept"] == 1
+    finally:
+        flagos.routing.reset()
+        lib._destroy()

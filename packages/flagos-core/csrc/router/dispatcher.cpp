@@ -12,8 +12,9 @@
 #include <unordered_map>
 
 #include "aten/alias.h"
-#include "engines/cpu/cpu_engine.h"
 #include "capture/capture_state.h"
+#include "engines/cpu/cpu_engine.h"
+#include "engines/launch/launch_cache.h"
 #include "engines/python/python_engine.h"
 #include "engines/twin/twin_engine.h"
 #include "router/op_clock.h"
@@ -39,6 +40,9 @@ struct Provider {
   // (capture/capture_state.h): the kernel engines' is, the CPU fallback's never, a Python
   // provider's only where it says so (set_provider_capture_safe).
   std::atomic<bool> capture_safe{false};
+  // PYTHON only: the ops whose calls the launch cache may relaunch (set_provider_replayable).
+  std::atomic<const ProviderLaunches*> launches{nullptr};
+  std::vector<std::unique_ptr<const ProviderLaunches>> launches_owned;  // under the mutex
 };
 
 bool default_capture_safe(EngineKind kind) {
@@ -222,8 +226,13 @@ bool run_provider(const Provider& p, const c10::OperatorHandle& op, torch::jit::
     case EngineKind::TWIN:
       run_twin(op, stack, device);
       return true;
-    case EngineKind::PYTHON:
-      return call_python_provider(p.callable, op, stack);
+    case EngineKind::PYTHON: {
+      const ProviderLaunches* launches = p.launches.load(std::memory_order_acquire);
+      LaunchTable* table = launches ? launches->table(op) : nullptr;
+      if (!table) return call_python_provider(p.callable, op, stack);
+      return run_launch_cached(*table, op, stack,
+                               [&] { return call_python_provider(p.callable, op, stack); });
+    }
     case EngineKind::FOREIGN:
       return run_foreign(p.callable, op, stack, device);
     case EngineKind::EXTERNAL:
@@ -479,6 +488,17 @@ void set_provider_capture_safe(const std::string& name, bool safe) {
   auto p = find_provider(name);
   TORCH_CHECK(p, "flagos: no provider named '", name, "' is registered with the core");
   p->capture_safe = safe;
+}
+
+void set_provider_replayable(const std::string& name, const std::vector<std::string>& ops) {
+  auto p = find_provider(name);
+  TORCH_CHECK(p, "flagos: no provider named '", name, "' is registered with the core");
+  TORCH_CHECK(p->kind == EngineKind::PYTHON && !p->wrapper, "flagos: provider '", name,
+              "' is not a Python provider; only a Python provider's calls are relaunched");
+  auto launches = std::make_unique<const ProviderLaunches>(ops);
+  std::unique_lock<std::shared_mutex> lock(g_providers_mutex);
+  p->launches.store(ops.empty() ? nullptr : launches.get(), std::memory_order_release);
+  p->launches_owned.push_back(std::move(launches));  // a call may still use the one before
 }
 
 bool provider_capture_safe(const std::string& name) {

@@ -45,6 +45,10 @@ void register_wrapper_provider(const std::string& name, void* py_callable);
 // providers no. Throws for an unregistered name.
 void set_provider_capture_safe(const std::string& name, bool safe);
 bool provider_capture_safe(const std::string& name);
+// The ops of Python provider `name` whose calls the launch cache relaunches from C++ on a
+// repeated key (engines/launch/launch_cache.h, ProviderLaunches); empty: none. Throws for
+// an unregistered name or another kind of provider.
+void set_provider_replayable(const std::string& name, const std::vector<std::string>& ops);
 // Whether random ops (tagged nondeterministic_seeded) through provider `name` may be
 // captured on flagos:`device`: only where each replay draws anew (a CPU twin's host tasks).
 bool provider_captures_random_ops(const std::string& name, c10::DeviceIndex device);

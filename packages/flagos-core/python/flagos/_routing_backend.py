@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from flagos import _C, routing
+from flagos import _C, launch_cache, routing
 from flagos.provider_api import route_ops_as_themselves
 
 
@@ -33,9 +33,13 @@ class CppBackend:
         return dict(_C._provider_engines())
 
     def register_python_provider(self, name: str, fn: Callable[..., object]) -> None:
-        _C._register_provider(name, "python", _python_entry(fn))
+        replayable = sorted(getattr(fn, "replayable_ops", ()))
+        entry = _python_entry(fn)
+        # A recorded call is watched for device work its launches would not repeat.
+        _C._register_provider(name, "python", launch_cache.watched(entry) if replayable else entry)
         # A Python provider is captured only where it says it may be (Provider.capture_safe).
         _C._set_provider_capture_safe(name, bool(getattr(fn, "capture_safe", False)))
+        _C._set_provider_replayable(name, replayable)
 
     def capture_safe(self, name: str) -> bool | None:
         """Whether provider ``name`` may run while a graph is being captured; None for a

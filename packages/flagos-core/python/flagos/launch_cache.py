@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator, Sequence
 from flagos import _C
 
 __all__ = ["clear", "disabled", "pack_params", "record", "record_triton", "recording", "register",
-           "stats", "triton_hook_set"]
+           "stats", "triton_hook_set", "watched"]
 
 # Triton's scalar parameter types (the compiled kernel's signature) as C sizes
 _INT_BYTES = {"i1": 1, "i8": 1, "i16": 2, "i32": 4, "i64": 8, "u1": 1, "u8": 1, "u16": 2,
@@ -60,7 +60,7 @@ def register(op: str, device_type: str, kernel: Callable) -> None:
     if key is None:
         raise ValueError(f"flagos launch cache: device type {device_type!r} is not one of "
                          f"{', '.join(_DISPATCH_KEYS)}")
-    _C._launch_cache_register(op, key, _watched(kernel))
+    _C._launch_cache_register(op, key, watched(kernel))
 
 
 # ATen ops that do no device work: allocating without initializing, and metadata. Views
@@ -72,7 +72,7 @@ _NO_DEVICE_WORK = frozenset({
 })
 
 
-def _watched(kernel: Callable) -> Callable:
+def watched(kernel: Callable) -> Callable:
     """``kernel``, whose recorded calls are watched for device work other than their
     launches: an ATen op that computes (a copy, a fill, arithmetic) spoils the recording,
     since a relaunch would not do that work (a temporary or result it initialized would be

@@ -146,16 +146,32 @@ struct Recorded {
 };
 thread_local Recorded* recording = nullptr;
 
+}  // namespace
+
+// The kept launches of one op's calls, by key.
+struct LaunchTable {
+  std::shared_mutex mutex;
+  std::unordered_map<Key, std::shared_ptr<const Launch>, KeyHash> launches;
+};
+
+namespace {
+
 struct CachedOp {
   CachedOp(c10::OperatorHandle op, c10::DispatchKey key, PyObjectRef kernel)
       : op(std::move(op)), key(key), kernel(std::move(kernel)) {}
   c10::OperatorHandle op;
   c10::DispatchKey key;
   PyObjectRef kernel;
-  std::shared_mutex mutex;
-  std::unordered_map<Key, std::shared_ptr<const Launch>, KeyHash> launches;
+  LaunchTable table;
   std::unique_ptr<torch::Library> library;  // its registration in the op's place
 };
+
+// Every table, for clear_launch_cache (the registered ops' and the providers').
+std::mutex tables_mutex;
+std::vector<std::weak_ptr<LaunchTable>>& provider_tables() {
+  static auto* tables = new std::vector<std::weak_ptr<LaunchTable>>();
+  return *tables;
+}
 
 std::mutex registry_mutex;
 std::vector<std::unique_ptr<CachedOp>>& registry() {
@@ -346,7 +362,10 @@ struct RecordingScope {
   }
 };
 
-void cached_kernel(CachedOp* entry, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+}  // namespace
+
+bool run_launch_cached(LaunchTable& table, const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                       c10::function_ref<bool()> python) {
   const size_t num_args = op.schema().arguments().size();
   const size_t num_results = op.schema().returns().size();
   Key key;
@@ -354,9 +373,9 @@ void cached_kernel(CachedOp* entry, const c10::OperatorHandle& op, torch::jit::S
   if (keyed) {
     std::shared_ptr<const Launch> kept;
     {
-      std::shared_lock<std::shared_mutex> lock(entry->mutex);
-      auto it = entry->launches.find(key);
-      if (it != entry->launches.end()) kept = it->second;
+      std::shared_lock<std::shared_mutex> lock(table.mutex);
+      auto it = table.launches.find(key);
+      if (it != table.launches.end()) kept = it->second;
     }
     if (kept) {
       std::string error;
@@ -364,17 +383,17 @@ void cached_kernel(CachedOp* entry, const c10::OperatorHandle& op, torch::jit::S
         case Relaunch::kDone:
           invalidate_enclosing_recording();
           n_relaunched.fetch_add(1, std::memory_order_relaxed);
-          return;
+          return true;
         case Relaunch::kFailed: {  // dropped; the Python kernel runs (and reports)
           TORCH_WARN("flagos launch cache: a kept launch of ", op.operator_name(),
                      " failed (", error, "); dropped, the call runs its Python kernel");
           std::shared_ptr<const Launch> dropped;
           {
-            std::unique_lock<std::shared_mutex> lock(entry->mutex);
-            auto it = entry->launches.find(key);
-            if (it != entry->launches.end() && it->second == kept) {
+            std::unique_lock<std::shared_mutex> lock(table.mutex);
+            auto it = table.launches.find(key);
+            if (it != table.launches.end() && it->second == kept) {
               dropped = std::move(it->second);
-              entry->launches.erase(it);
+              table.launches.erase(it);
             }
           }
           break;
@@ -390,20 +409,47 @@ void cached_kernel(CachedOp* entry, const c10::OperatorHandle& op, torch::jit::S
   std::vector<c10::IValue> args;
   if (keyed) args.assign(stack->end() - num_args, stack->end());
   RecordingScope scope;
-  bool ran = call_python_op_kernel(entry->kernel, op, stack);
-  TORCH_CHECK(ran, "flagos launch cache: the kernel of ", op.operator_name(), " declined the call");
-  if (!keyed || scope.rec.launches.empty() || !scope.rec.valid) return;
+  if (!python()) return false;
+  if (!keyed || scope.rec.launches.empty() || !scope.rec.valid) return true;
   auto l = resolve(scope.rec, args, *stack, num_results);
-  if (!l) return;
+  if (!l) return true;
   // Made and (if another thread kept one first) destroyed outside the lock: a Python
   // reference is released with the GIL, which a thread waiting on the lock may hold.
   std::shared_ptr<const Launch> made = std::make_shared<const Launch>(std::move(*l));
   bool inserted;
   {
-    std::unique_lock<std::shared_mutex> lock(entry->mutex);
-    inserted = entry->launches.try_emplace(std::move(key), made).second;
+    std::unique_lock<std::shared_mutex> lock(table.mutex);
+    inserted = table.launches.try_emplace(std::move(key), made).second;
   }
   if (inserted) n_kept.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+ProviderLaunches::ProviderLaunches(const std::vector<std::string>& ops) {
+  for (const auto& name : ops) {
+    auto dot = name.find('.', name.find("::"));
+    c10::OperatorName op(name.substr(0, dot), dot == std::string::npos ? "" : name.substr(dot + 1));
+    auto table = std::make_shared<LaunchTable>();
+    {
+      std::lock_guard<std::mutex> lock(tables_mutex);
+      provider_tables().push_back(table);
+    }
+    tables_.emplace(std::move(op), std::move(table));
+  }
+}
+
+LaunchTable* ProviderLaunches::table(const c10::OperatorHandle& op) const {
+  auto it = tables_.find(op.operator_name());
+  return it == tables_.end() ? nullptr : it->second.get();
+}
+
+namespace {
+
+void cached_kernel(CachedOp* entry, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  bool ran = run_launch_cached(entry->table, op, stack, [&] {
+    return call_python_op_kernel(entry->kernel, op, stack);
+  });
+  TORCH_CHECK(ran, "flagos launch cache: the kernel of ", op.operator_name(), " declined the call");
 }
 
 // The boxed kernel registered in the op's place, bound to its entry.
@@ -496,12 +542,25 @@ LaunchCacheStats launch_cache_stats() {
 }
 
 void clear_launch_cache() {
-  // The kept launches are destroyed after the locks are released (see cached_kernel).
+  // The kept launches are destroyed after the locks are released (see run_launch_cached).
   std::vector<std::unordered_map<Key, std::shared_ptr<const Launch>, KeyHash>> dropped;
-  std::lock_guard<std::mutex> lock(registry_mutex);
-  for (auto& e : registry()) {
-    std::unique_lock<std::shared_mutex> l(e->mutex);
-    dropped.emplace_back().swap(e->launches);
+  auto drop = [&](LaunchTable& t) {
+    std::unique_lock<std::shared_mutex> l(t.mutex);
+    dropped.emplace_back().swap(t.launches);
+  };
+  {
+    std::lock_guard<std::mutex> lock(registry_mutex);
+    for (auto& e : registry()) drop(e->table);
+  }
+  std::lock_guard<std::mutex> lock(tables_mutex);
+  auto& tables = provider_tables();
+  for (auto it = tables.begin(); it != tables.end();) {
+    if (auto t = it->lock()) {
+      drop(*t);
+      ++it;
+    } else {
+      it = tables.erase(it);
+    }
   }
 }
 

@@ -27,9 +27,13 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <c10/util/FunctionRef.h>
+
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "engines/launch/hal_kernels.h"
@@ -42,6 +46,29 @@ namespace flagos {
 // torch calls a torch.library kernel). Once per op and key.
 void register_launch_cached_op(const std::string& op, const std::string& dispatch_key,
                                const PyObjectRef& kernel);
+
+// The kept launches of one op's calls, by their key.
+struct LaunchTable;
+
+// The launch cache's call of `op` at the top of `stack`: kept launches relaunched from C++
+// where the call's key has some, else `python` (which runs the call on the stack and
+// returns false to decline it) with a recording open, and what it launched kept. False
+// when `python` declined (the stack then untouched).
+bool run_launch_cached(LaunchTable& table, const c10::OperatorHandle& op,
+                       torch::jit::Stack* stack, c10::function_ref<bool()> python);
+
+// A Python provider's ops whose calls may be relaunched (Provider.replayable_ops): its
+// kernel for each is, by the provider's statement, a function of the arguments' metadata
+// whose device work is its launches through the HAL, as for a registered op.
+class ProviderLaunches {
+ public:
+  explicit ProviderLaunches(const std::vector<std::string>& ops);  // "aten::add.Tensor"
+  // The table of `op`, or nullptr where the provider did not name it.
+  LaunchTable* table(const c10::OperatorHandle& op) const;
+
+ private:
+  std::unordered_map<c10::OperatorName, std::shared_ptr<LaunchTable>> tables_;
+};
 
 // One parameter of a recorded launch: its C type's size in bytes and its bits, a pointer
 // being resolved to an argument or result when the launch is kept.

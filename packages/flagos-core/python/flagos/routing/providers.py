@@ -66,6 +66,15 @@ class Provider:
     Random ops are refused in a capture whatever this says, except on a CPU twin: a kernel
     given its seed at launch would draw the same numbers at every replay."""
 
+    replayable_ops: frozenset[str] = frozenset()
+    """Ops (``"aten::add.Tensor"``) whose calls a Python provider lets flagos relaunch from
+    C++ (:mod:`flagos.launch_cache`): for each, its ``__call__`` on flagos tensors is a
+    function of the arguments' metadata (dtypes, sizes, strides, alignment, other
+    arguments' values) whose device work is its kernel launches through the HAL
+    (:mod:`flagos.kernels`, Triton through :mod:`flagos.triton_driver`). A call's first
+    run with a key goes through Python and its launches are recorded; later calls with
+    that key launch them again without Python or the GIL."""
+
     def __init__(self, name: str | None = None, hals: Iterable[str] | None = None) -> None:
         if name is not None:
             self.name = name
