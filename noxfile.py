@@ -382,6 +382,9 @@ def bench(session: nox.Session) -> None:
         # robot policy net offloaded whole to the sim graph runtime.
         session.run("python", "packages/flagos-ops-native/benchmarks/native_overhead.py",
                     "--json", str(out / "native-overhead.json"))
+        # A Python provider's HAL launches relaunched from C++ (replayable_ops) vs Python.
+        session.run("python", "packages/flagos-core/benchmarks/provider_replay.py",
+                    "--json", str(out / "provider-replay.json"))
         session.run("python", "packages/flagos-compile/benchmarks/offload_policy.py",
                     "--json", str(out / "offload-policy.json"))
     if hw == "cuda":
