@@ -393,3 +393,43 @@ def test_a_replayable_python_providers_calls_are_relaunched_from_cpp(axpy):
     finally:
         flagos.routing.reset()
         lib._destroy()
+
+
+TRITON_WITHOUT_A_BACKEND_DEVICE = '''
+import pathlib, sys, tempfile, textwrap
+import torch, flagos
+import triton
+from flagos import triton_driver
+assert isinstance(triton.runtime.driver.active, triton_driver.HalDriver)
+src = pathlib.Path(tempfile.mkdtemp()) / "kernel.py"  # Triton reads a kernel's source file
+src.write_text(textwrap.dedent(\"\"\"
+    import triton, triton.language as tl
+    @triton.jit
+    def add_one(x_ptr, n, BLOCK: tl.constexpr):
+        i = tl.arange(0, BLOCK)
+        tl.store(x_ptr + i, tl.load(x_ptr + i) + 1, mask=i < n)
+\"\"\"))
+sys.path.insert(0, str(src.parent))
+import kernel
+x = torch.ones(8, device="flagos")
+try:
+    kernel.add_one[(1,)](x, 8, BLOCK=8)
+except RuntimeError as e:
+    assert "no Triton backend compiles for flagos:0 (HAL 'sim'" in str(e), e
+else:
+    raise AssertionError("sim has no Triton backend; the launch should have failed")
+assert torch.equal(x.cpu(), torch.ones(8))
+print("ok")
+'''
+
+
+def test_triton_without_a_device_of_its_own_takes_the_hal_driver(run_python):
+    # No Triton backend is active on this machine (no GPU): importing Triton with flagos
+    # makes the HAL driver Triton's, and a kernel fails naming the HAL, not "0 drivers".
+    pytest.importorskip("triton")
+    from triton.backends import backends
+
+    if any(b.driver.is_active() for b in backends.values()):
+        pytest.skip("a Triton backend has a device of its own here (a GPU): Triton keeps it")
+    r = run_python(TRITON_WITHOUT_A_BACKEND_DEVICE, check=False)
+    assert r.returncode == 0 and "ok" in r.stdout, (r.returncode, r.stderr[-3000:])

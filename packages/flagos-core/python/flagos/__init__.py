@@ -32,5 +32,9 @@ from flagos._transformers_kernels import install as _install_transformers_kernel
 
 _install_transformers_kernels()
 
+from flagos._triton_default import install as _install_triton_default
+
+_install_triton_default()
+
 __version__ = "0.1.0"
 del torch

@@ -11,7 +11,9 @@ involved, so it serves a chip without CUDA whose vendor ships a Triton backend, 
 CUDA GPU in the no-twin mode (``FLAGOS_NO_TWIN=1``).
 
 It uses Triton's own extension point, ``triton.runtime.driver.set_active``; :func:`active`
-makes it Triton's driver for a block, :func:`activate` for the process. Triton has one
+makes it Triton's driver for a block, :func:`activate` for the process. Where no backend
+of Triton's has a device (a chip without CUDA, sim), flagos activates it when Triton is
+imported. Triton has one
 active driver per process: while it is active, Triton kernels launch on flagos devices
 only. A launch made inside a launch-cached op's kernel is recorded, so the op relaunches
 it from C++ (:mod:`flagos.launch_cache`).
