@@ -645,19 +645,19 @@ class FlagosAllocator final : public c10::DeviceAllocator {
     if (passthrough_) {
       void* ptr = pool(device).malloc_passthrough(n, may_fail);
       if (!ptr) return c10::DataPtr(nullptr, dev);
-      logged(ptr, n);
+      logged(ptr, n, device);
       return c10::DataPtr(ptr, new Context{device, ptr}, &passthrough_delete, dev);
     }
     // The block itself is the context: freeing needs no lookup and no extra allocation.
     Block* block = pool(device).malloc(n, current_stream(device).id(), may_fail);
     if (!block) return c10::DataPtr(nullptr, dev);
-    logged(block->ptr, n);
+    logged(block->ptr, n, device);
     return c10::DataPtr(block->ptr, block, &cached_delete, dev);
   }
 
-  static void logged(void* ptr, size_t n) {
+  static void logged(void* ptr, size_t n, c10::DeviceIndex device) {
     if (C10_UNLIKELY(t_allocation_log != nullptr))
-      t_allocation_log->blocks.emplace_back(reinterpret_cast<uintptr_t>(ptr), n);
+      t_allocation_log->blocks.push_back({reinterpret_cast<uintptr_t>(ptr), n, device});
   }
 
   c10::DeleterFnPtr raw_deleter() const override { return nullptr; }

@@ -5,7 +5,6 @@
 
 #include <cstdint>
 #include <string>
-#include <utility>
 #include <vector>
 
 namespace flagos {
@@ -33,11 +32,16 @@ std::vector<std::pair<std::string, int64_t>> memory_stats(c10::DeviceIndex devic
 std::vector<SegmentSnapshot> memory_snapshot();
 bool allocator_passthrough();
 
-// The device allocations this thread makes while a log is set, as (data pointer, bytes):
-// the launch cache learns from it which of a Python kernel's launch pointers are
-// temporaries (engines/launch/launch_cache.h).
+// The device allocations this thread makes while a log is set: the launch cache learns
+// from it which of a Python kernel's launch pointers are temporaries
+// (engines/launch/launch_cache.h).
 struct AllocationLog {
-  std::vector<std::pair<uintptr_t, size_t>> blocks;
+  struct Block {
+    uintptr_t ptr;
+    size_t bytes;
+    c10::DeviceIndex device;
+  };
+  std::vector<Block> blocks;
 };
 // Sets this thread's log (nullptr: none) and returns the one set before.
 AllocationLog* set_allocation_log(AllocationLog* log);

@@ -211,11 +211,12 @@ std::optional<Launch> resolve(const Recorded& rec, const std::vector<c10::IValue
   // Temporaries: what the kernel allocated on the device that is no result. Only through
   // the HAL, where all of a kernel's device memory comes from the flagos allocator.
   std::vector<std::pair<uintptr_t, size_t>> temporaries;
-  for (const auto& [ptr, bytes] : rec.allocations.blocks) {
+  for (const auto& block : rec.allocations.blocks) {
     bool result = false;
     for (const auto& r : results)
-      result = result || reinterpret_cast<uintptr_t>(r.storage().data()) == ptr;
-    if (!result) temporaries.emplace_back(ptr, bytes);
+      result = result || reinterpret_cast<uintptr_t>(r.storage().data()) == block.ptr;
+    // one on another device would be made on the results' at a relaunch: not a temporary
+    if (!result && block.device == l.device.index()) temporaries.emplace_back(block.ptr, block.bytes);
   }
   std::vector<int64_t> temporary_index(temporaries.size(), -1);
   for (const RecordedLaunch& rl : rec.launches) {
