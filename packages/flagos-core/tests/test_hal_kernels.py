@@ -433,3 +433,25 @@ def test_triton_without_a_device_of_its_own_takes_the_hal_driver(run_python):
         pytest.skip("a Triton backend has a device of its own here (a GPU): Triton keeps it")
     r = run_python(TRITON_WITHOUT_A_BACKEND_DEVICE, check=False)
     assert r.returncode == 0 and "ok" in r.stdout, (r.returncode, r.stderr[-3000:])
+
+
+def test_a_block_on_another_device_is_no_temporary(axpy, two_devices):
+    # A relaunch would make it on the results' device: the call is not kept.
+    lib = torch.library.Library("flagos_test_hal_kernels_elsewhere", "DEF")
+    lib.define("axpy_elsewhere(Tensor x, Tensor y, float alpha) -> Tensor")
+
+    def kernel(x, y, alpha):
+        tmp = torch.empty(x.numel(), device="flagos:1")  # sim memory: device 0 reaches it
+        return _launch(axpy, _launch(axpy, x, y, alpha, out=tmp), y, alpha)
+
+    launch_cache.register("flagos_test_hal_kernels_elsewhere::axpy_elsewhere", "flagos", kernel)
+    try:
+        before = launch_cache.stats()
+        for _ in range(2):
+            x, y = torch.randn(64), torch.randn(64)
+            got = torch.ops.flagos_test_hal_kernels_elsewhere.axpy_elsewhere(
+                x.to("flagos"), y.to("flagos"), 2.0)
+            torch.testing.assert_close(got.cpu(), 2.0 * (2.0 * x + y) + y)
+        assert launch_cache.stats()["kept"] == before["kept"]
+    finally:
+        lib._destroy()
