@@ -72,3 +72,32 @@ def test_calls_leaving_flagos_take_the_composite_kernel(run_python):
     for env in ({}, {"FLAGOS_NO_TWIN": "1"}):
         r = run_python(LEAVING, env=env, check=False)
         assert r.returncode == 0 and "ok" in r.stdout, (env, r.returncode, r.stderr[-3000:])
+
+
+# An op routed as itself whose providers before the CPU fallback all decline the call runs
+# its composite kernel, not the fallback: its parts go down their own routes.
+DECLINED = """
+import torch, flagos
+from flagos.provider_api import route_ops_as_themselves
+route_ops_as_themselves(["aten::full"])
+
+class Declines(flagos.routing.Provider):
+    name = "declines_full"
+    def serves(self, op): return op == "aten::full"
+    def __call__(self, op, args, kwargs): return NotImplemented
+
+flagos.routing.register_provider(Declines())
+with flagos.routing.override({"aten::full": ["declines_full", "cpu"]}):
+    flagos.routing.reset_stats()
+    y = torch.full((4,), 2.0, device="flagos")
+    stats = flagos.routing.stats()["aten::full"]
+assert torch.equal(y.cpu(), torch.full((4,), 2.0))
+assert stats["declines_full"]["declined"] == 1 and "cpu" not in stats, stats
+print("ok")
+"""
+
+
+def test_a_declined_op_routed_as_itself_runs_its_composite_kernel(run_python):
+    for env in ({}, {"FLAGOS_NO_TWIN": "1"}):
+        r = run_python(DECLINED, env=env, check=False)
+        assert r.returncode == 0 and "ok" in r.stdout, (env, r.returncode, r.stderr[-3000:])
