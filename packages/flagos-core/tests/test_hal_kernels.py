@@ -442,7 +442,8 @@ def test_a_block_on_another_device_is_no_temporary(axpy, two_devices):
 
     def kernel(x, y, alpha):
         tmp = torch.empty(x.numel(), device="flagos:1")  # sim memory: device 0 reaches it
-        return _launch(axpy, _launch(axpy, x, y, alpha, out=tmp), y, alpha)
+        out = torch.empty_like(x)  # on x's device, whose stream runs both launches
+        return _launch(axpy, _launch(axpy, x, y, alpha, out=tmp), y, alpha, out=out)
 
     launch_cache.register("flagos_test_hal_kernels_elsewhere::axpy_elsewhere", "flagos", kernel)
     try:
