@@ -9,6 +9,7 @@ flagos memory is opaque: a kernel launch needs no twin.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import shutil
@@ -179,23 +180,33 @@ def axpy_twice_op(axpy):
     lib._destroy()
 
 
-def test_a_temporary_computed_by_an_aten_op_is_not_kept(axpy):
-    # Its values come from device work a relaunch would not do: the call stays in Python.
-    lib = torch.library.Library("flagos_test_hal_kernels_computed", "DEF")
-    lib.define("axpy_doubled(Tensor x, Tensor y, float alpha) -> Tensor")
-    launch_cache.register("flagos_test_hal_kernels_computed::axpy_doubled", "flagos",
-                          lambda x, y, alpha: _launch(axpy, x * 2, y, alpha))
+@contextlib.contextmanager
+def _launch_cached(namespace: str, kernel):
+    """``namespace::op(Tensor x, Tensor y, float alpha)``, its kernel launch-cached on flagos."""
+    lib = torch.library.Library(namespace, "DEF")
+    lib.define("op(Tensor x, Tensor y, float alpha) -> Tensor")
+    launch_cache.register(f"{namespace}::op", "flagos", kernel)
     try:
-        before = launch_cache.stats()
-        for _ in range(2):
-            x, y = torch.randn(64), torch.randn(64)
-            got = torch.ops.flagos_test_hal_kernels_computed.axpy_doubled(
-                x.to("flagos"), y.to("flagos"), 0.5)
-            torch.testing.assert_close(got.cpu(), x + y)
-        after = launch_cache.stats()
-        assert after["kept"] == before["kept"] and after["python"] - before["python"] == 2
+        yield getattr(torch.ops, namespace).op
     finally:
         lib._destroy()
+
+
+def _never_kept(op, alpha: float, expected) -> None:
+    """Calls of one key all run the Python kernel and give ``expected(x, y)``."""
+    before = launch_cache.stats()
+    for _ in range(2):
+        x, y = torch.randn(64), torch.randn(64)
+        torch.testing.assert_close(op(x.to("flagos"), y.to("flagos"), alpha).cpu(), expected(x, y))
+    after = launch_cache.stats()
+    assert after["kept"] == before["kept"] and after["python"] - before["python"] == 2
+
+
+def test_a_temporary_computed_by_an_aten_op_is_not_kept(axpy):
+    # Its values come from device work a relaunch would not do: the call stays in Python.
+    with _launch_cached("flagos_test_hal_kernels_computed",
+                        lambda x, y, alpha: _launch(axpy, x * 2, y, alpha)) as op:
+        _never_kept(op, 0.5, lambda x, y: x + y)
 
 
 def test_the_launch_cache_relaunches_launches_through_temporaries(axpy_twice_op):
@@ -437,22 +448,10 @@ def test_triton_without_a_device_of_its_own_takes_the_hal_driver(run_python):
 
 def test_a_block_on_another_device_is_no_temporary(axpy, two_devices):
     # A relaunch would make it on the results' device: the call is not kept.
-    lib = torch.library.Library("flagos_test_hal_kernels_elsewhere", "DEF")
-    lib.define("axpy_elsewhere(Tensor x, Tensor y, float alpha) -> Tensor")
-
     def kernel(x, y, alpha):
         tmp = torch.empty(x.numel(), device="flagos:1")  # sim memory: device 0 reaches it
         out = torch.empty_like(x)  # on x's device, whose stream runs both launches
         return _launch(axpy, _launch(axpy, x, y, alpha, out=tmp), y, alpha, out=out)
 
-    launch_cache.register("flagos_test_hal_kernels_elsewhere::axpy_elsewhere", "flagos", kernel)
-    try:
-        before = launch_cache.stats()
-        for _ in range(2):
-            x, y = torch.randn(64), torch.randn(64)
-            got = torch.ops.flagos_test_hal_kernels_elsewhere.axpy_elsewhere(
-                x.to("flagos"), y.to("flagos"), 2.0)
-            torch.testing.assert_close(got.cpu(), 2.0 * (2.0 * x + y) + y)
-        assert launch_cache.stats()["kept"] == before["kept"]
-    finally:
-        lib._destroy()
+    with _launch_cached("flagos_test_hal_kernels_elsewhere", kernel) as op:
+        _never_kept(op, 2.0, lambda x, y: 2.0 * (2.0 * x + y) + y)

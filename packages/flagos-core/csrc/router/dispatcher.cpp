@@ -301,34 +301,34 @@ const Route* current_route(OpState& st, c10::DeviceIndex device) {
 
 }  // namespace
 
-void run_routed(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+namespace {
+
+// Runs `op` down its route. `before_cpu_fallback`: stops at the first CPU-fallback provider
+// instead (false returned, the stack untouched), unless a wrapper comes first, which runs
+// the rest of the chain itself.
+bool run_chain(const c10::OperatorHandle& op, torch::jit::Stack* stack, bool before_cpu_fallback) {
   auto device = infer_device(op, *stack);
   hal_device(device);  // validates the index with a clear error
   OpState& st = op_state(op);
   if (st.generator_arg >= 0) check_generator_device(op, *stack, st.generator_arg);
   const Route* route = current_route(st, device);
   for (size_t i = 0; i < route->chain.size(); ++i) {
-    if (run_counted(*route->chain[i], route->counters[i], op, stack, device)) return;
+    const Provider& p = *route->chain[i];
+    if (before_cpu_fallback && p.wrapper) before_cpu_fallback = false;
+    if (before_cpu_fallback && p.kind == EngineKind::CPU) return false;
+    if (run_counted(p, route->counters[i], op, stack, device)) return true;
   }
   TORCH_CHECK(false, "flagos: no provider accepted ", st.name);
 }
 
+}  // namespace
+
+void run_routed(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+  run_chain(op, stack, false);
+}
+
 bool run_routed_before_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  auto device = infer_device(op, *stack);
-  hal_device(device);
-  OpState& st = op_state(op);
-  if (st.generator_arg >= 0) check_generator_device(op, *stack, st.generator_arg);
-  const Route* route = current_route(st, device);
-  for (size_t i = 0; i < route->chain.size(); ++i) {
-    const Provider& p = *route->chain[i];
-    if (p.wrapper) {  // it runs the rest of the chain itself, the fallback included
-      run_routed(op, c10::DispatchKeySet(), stack);
-      return true;
-    }
-    if (p.kind == EngineKind::CPU) return false;
-    if (run_counted(p, route->counters[i], op, stack, device)) return true;
-  }
-  return false;
+  return run_chain(op, stack, true);
 }
 
 namespace {
