@@ -84,3 +84,45 @@ def test_declined_fused_op_is_computed_from_other_ops(case):
         assert stats[op]["fused_decliner"]["declined"] == 1, stats.get(op)
         assert stats[op]["fused_decliner"]["calls"] == 0
     flagos.routing.reset()
+
+
+def _needs_device_twin() -> torch.device:
+    twin = flagos.twin_device(0)
+    if twin is None or twin.type == "cpu":
+        pytest.skip("needs a device twin with fused kernels of its own (boxing on the cuda HAL)")
+    return twin
+
+
+def test_a_device_twin_runs_its_own_fused_rms_norm():
+    # As on the twin device itself: one fused kernel forward, one backward, not the
+    # decomposition (pow, mean, rsqrt, mul).
+    _needs_device_twin()
+    fn, tensors = _cases()[0]
+    with flagos.routing.override({op: ["boxing"] for op in FUSED}):
+        flagos.routing.reset_stats()
+        _grads_match(fn, tensors)
+        stats = flagos.routing.stats()
+    for op in FUSED[:2]:
+        assert stats[op]["boxing"]["calls"] == 1, stats.get(op)
+    assert "aten::rsqrt" not in stats and "aten::rsqrt.out" not in stats
+
+
+@pytest.mark.parametrize("heads", [4, 2])
+def test_a_device_twin_runs_its_own_flash_attention(heads):
+    # Where the twin device would take flash attention for these tensors, the overrideable
+    # attention and its backward run as its flash kernels; elsewhere torch's decomposition.
+    twin = _needs_device_twin()
+    torch.manual_seed(0)
+    q = torch.randn(2, 4, 16, 64, dtype=torch.bfloat16)
+    k, v = (torch.randn(2, heads, 16, 64, dtype=torch.bfloat16) for _ in range(2))
+    gqa = heads != 4
+    flash = torch.ops.aten._fused_sdp_choice(q.to(twin), k.to(twin), v.to(twin), None, 0.0,
+                                             True, enable_gqa=gqa) == 1  # SDPBackend.flash
+    with flagos.routing.override({op: ["boxing"] for op in FUSED}):
+        flagos.routing.reset_stats()
+        _grads_match(lambda q, k, v: F.scaled_dot_product_attention(
+            q, k, v, is_causal=True, enable_gqa=gqa), [q, k, v], tol=(2e-2, 2e-2))
+        stats = flagos.routing.stats()
+    served = [stats.get(op, {}).get("boxing", {}).get("calls", 0) for op in FUSED[2:]]
+    assert served == ([1, 1] if flash else [0, 0]), (flash, stats)
+    assert flash or heads != 4, "the twin takes flash attention for plain bf16 heads of 64"

@@ -14,6 +14,11 @@
 //   fused kernel can take (no dropout, 4-D, grouped-query heads only with enable_gqa), else
 //   `math`, torch's decomposition, as without flagos' answer.
 //
+// On a device twin with kernels of its own (CUDA), the route's twin engine serves them as
+// the twin would: _fused_rms_norm and its backward as themselves, the overrideable
+// attention as the twin's flash attention where the twin would choose that
+// (engines/twin/twin_attention.h). A CPU twin has neither.
+//
 // A provider may still decline a call (its dtypes, layouts): the fused op is then computed
 // here from other ops (each routed in turn), so it never reaches the twin or CPU engines,
 // which have no kernel for these ops (torch's CPU build has none for the backward ops).
@@ -30,6 +35,7 @@
 #include <cmath>
 #include <limits>
 
+#include "engines/twin/twin_engine.h"
 #include "router/dispatcher.h"
 
 namespace flagos {
@@ -50,12 +56,32 @@ const c10::OperatorHandle& fused_attention_op() {
 
 bool on_flagos(const at::Tensor& t) { return t.defined() && t.device().type() == kFlagos; }
 
+// Whether the route of `op` on `device` starts with the twin engine, on a twin with a
+// kernel of its own for `op` (CUDA's _fused_rms_norm): the fused op then goes down its
+// route, as on the twin device itself.
+bool twin_kernel_first(const c10::OperatorHandle& op, c10::DeviceIndex device) {
+  auto route = twin_route(routing_state(op), device);
+  return route && route->twin != c10::DeviceType::CPU && twin_has_kernel(op, device);
+}
+
+// Whether the overrideable fused attention goes to the twin engine, which runs it as the
+// twin's flash attention (engines/twin/twin_attention.h).
+bool twin_flash_first(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                      const at::Tensor& mask, double dropout_p, bool is_causal,
+                      std::optional<double> scale, bool enable_gqa) {
+  auto route = twin_route(routing_state(fused_attention_op()), q.device().index());
+  return route && route->twin != c10::DeviceType::CPU && !mask.defined() &&
+         twin_takes_flash_attention(q, k, v, dropout_p, is_causal, scale, enable_gqa);
+}
+
 // ---- rms_norm ------------------------------------------------------------------------
 
 at::Tensor rms_norm(const at::Tensor& input, c10::SymIntArrayRef normalized_shape,
                     const std::optional<at::Tensor>& weight, std::optional<double> eps) {
   auto shape = C10_AS_INTARRAYREF_SLOW(normalized_shape);
-  if (on_flagos(input) && route_has_kernel_provider(fused_rms_norm_op(), input.device().index()))
+  auto device = input.device().index();
+  if (on_flagos(input) && (route_has_kernel_provider(fused_rms_norm_op(), device) ||
+                           twin_kernel_first(fused_rms_norm_op(), device)))
     return std::get<0>(at::_fused_rms_norm(input, shape, weight, eps));
   return at::compositeimplicitautograd::rms_norm(input, shape, weight, eps);
 }
@@ -92,9 +118,11 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward_math(
 
 // PrivateUse1 kernels of _fused_rms_norm and its backward: the route's kernel providers,
 // else the same result from other ops.
-void fused_rms_norm(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
-  const auto& input = (*stack)[stack->size() - 4].toTensor();
-  if (run_kernel_providers(op, stack, input.device().index())) return;
+void fused_rms_norm(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                    torch::jit::Stack* stack) {
+  auto device = (*stack)[stack->size() - 4].toTensor().device().index();
+  if (run_kernel_providers(op, stack, device)) return;
+  if (twin_kernel_first(op, device)) return run_routed(op, keys, stack);
   auto args = torch::jit::pop(*stack, 4);
   auto weight = args[2].toOptional<at::Tensor>();
   auto eps = args[3].toOptional<double>();
@@ -103,10 +131,11 @@ void fused_rms_norm(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::j
   torch::jit::push(*stack, std::get<0>(result), std::get<1>(result));
 }
 
-void fused_rms_norm_backward(const c10::OperatorHandle& op, c10::DispatchKeySet,
+void fused_rms_norm_backward(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                              torch::jit::Stack* stack) {
-  const auto& input = (*stack)[stack->size() - 5].toTensor();
-  if (run_kernel_providers(op, stack, input.device().index())) return;
+  auto device = (*stack)[stack->size() - 5].toTensor().device().index();
+  if (run_kernel_providers(op, stack, device)) return;
+  if (twin_kernel_first(op, device)) return run_routed(op, keys, stack);
   auto args = torch::jit::pop(*stack, 6);
   auto mask_list = args[5].toBoolList();
   std::array<bool, 2> mask{mask_list[0], mask_list[1]};
@@ -126,8 +155,11 @@ int64_t fused_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Ten
     return math;
   int64_t hq = q.size(1), hk = k.size(1);
   if (hq != hk && !(enable_gqa && hk > 0 && hq % hk == 0)) return math;
-  if (!route_has_kernel_provider(fused_attention_op(), q.device().index())) return math;
-  return static_cast<int64_t>(at::SDPBackend::overrideable);
+  if (route_has_kernel_provider(fused_attention_op(), q.device().index()) ||
+      twin_flash_first(q, k, v, mask.value_or(at::Tensor()), dropout_p, is_causal, scale,
+                       enable_gqa))
+    return static_cast<int64_t>(at::SDPBackend::overrideable);
+  return math;
 }
 
 // Key/value heads repeated for grouped-query attention, and the scores' scale.
@@ -160,9 +192,20 @@ at::Tensor probabilities(const at::Tensor& s, const at::Tensor& lse) {
   return (s - l).exp().masked_fill(l.isneginf(), 0);
 }
 
-void fused_attention(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+void fused_attention(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                     torch::jit::Stack* stack) {
   const auto& q0 = (*stack)[stack->size() - 8].toTensor();
   if (run_kernel_providers(op, stack, q0.device().index())) return;
+  {
+    const auto* a = &(*stack)[stack->size() - 8];
+    auto mask = a[3].toOptional<at::Tensor>().value_or(at::Tensor());
+    // enable_gqa is not an argument: fewer key/value heads mean it was asked for.
+    if (!a[6].toBool() && twin_flash_first(q0, a[1].toTensor(), a[2].toTensor(), mask,
+                                           a[4].toDouble(), a[5].toBool(),
+                                           a[7].toOptional<double>(),
+                                           a[1].toTensor().size(1) != q0.size(1)))
+      return run_routed(op, keys, stack);
+  }
   auto args = torch::jit::pop(*stack, 8);
   at::Tensor q = args[0].toTensor(), k = args[1].toTensor(), v = args[2].toTensor();
   at::Tensor mask = args[3].toOptional<at::Tensor>().value_or(at::Tensor());
@@ -187,10 +230,21 @@ at::Tensor sum_heads(const at::Tensor& g, int64_t hk) {
   return g.reshape(sizes).sum(2);
 }
 
-void fused_attention_backward(const c10::OperatorHandle& op, c10::DispatchKeySet,
+void fused_attention_backward(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                               torch::jit::Stack* stack) {
   const auto& q0 = (*stack)[stack->size() - 16].toTensor();
   if (run_kernel_providers(op, stack, q0.device().index())) return;
+  {
+    // The forward ran as the twin's flash attention where these hold (the same answer for
+    // the same tensors), so its logsumexp is the one flash attention's backward reads.
+    const auto* a = &(*stack)[stack->size() - 17];
+    const at::Tensor& k = a[2].toTensor();
+    auto route = twin_route(routing_state(op), q0.device().index());
+    if (route && route->twin != c10::DeviceType::CPU &&
+        twin_flash_first(q0, k, a[3].toTensor(), a[4].toTensor(), a[12].toDouble(),
+                         a[13].toBool(), a[16].toOptional<double>(), k.size(1) != q0.size(1)))
+      return run_routed(op, keys, stack);
+  }
   auto args = torch::jit::pop(*stack, 17);
   at::Tensor go = args[0].toTensor(), q = args[1].toTensor(), k = args[2].toTensor(),
              v = args[3].toTensor(), mask = args[4].toTensor(), out = args[6].toTensor(),
