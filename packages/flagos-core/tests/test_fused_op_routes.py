@@ -107,22 +107,33 @@ def test_a_device_twin_runs_its_own_fused_rms_norm():
     assert "aten::rsqrt" not in stats and "aten::rsqrt.out" not in stats
 
 
+_TWIN_ATTENTION = {  # the backend a device twin chooses -> the ops that run it on flagos
+    1: FUSED[2:],  # flash attention, through the overrideable op
+    2: ("aten::_scaled_dot_product_efficient_attention",
+        "aten::_scaled_dot_product_efficient_attention_backward"),
+    3: ("aten::_scaled_dot_product_cudnn_attention",
+        "aten::_scaled_dot_product_cudnn_attention_backward"),
+}
+
+
 @pytest.mark.parametrize("heads", [4, 2])
-def test_a_device_twin_runs_its_own_flash_attention(heads):
-    # Where the twin device would take flash attention for these tensors, the overrideable
-    # attention and its backward run as its flash kernels; elsewhere torch's decomposition.
+def test_a_device_twin_runs_the_attention_kernel_it_would_choose(heads):
+    # The backend the twin device would take for these tensors (its _fused_sdp_choice, as
+    # torch.nn.functional.scaled_dot_product_attention asks it) runs forward and backward
+    # on the twin; math (0) keeps torch's decomposition.
     twin = _needs_device_twin()
     torch.manual_seed(0)
     q = torch.randn(2, 4, 16, 64, dtype=torch.bfloat16)
     k, v = (torch.randn(2, heads, 16, 64, dtype=torch.bfloat16) for _ in range(2))
     gqa = heads != 4
-    flash = torch.ops.aten._fused_sdp_choice(q.to(twin), k.to(twin), v.to(twin), None, 0.0,
-                                             True, enable_gqa=gqa) == 1  # SDPBackend.flash
-    with flagos.routing.override({op: ["boxing"] for op in FUSED}):
+    on_twin = [t.to(twin).requires_grad_() for t in (q, k, v)]
+    choice = int(torch.ops.aten._fused_sdp_choice(*on_twin, None, 0.0, True, enable_gqa=gqa))
+    routed = [op for ops in _TWIN_ATTENTION.values() for op in ops]
+    with flagos.routing.override({op: ["boxing"] for op in routed}):
         flagos.routing.reset_stats()
         _grads_match(lambda q, k, v: F.scaled_dot_product_attention(
             q, k, v, is_causal=True, enable_gqa=gqa), [q, k, v], tol=(2e-2, 2e-2))
         stats = flagos.routing.stats()
-    served = [stats.get(op, {}).get("boxing", {}).get("calls", 0) for op in FUSED[2:]]
-    assert served == ([1, 1] if flash else [0, 0]), (flash, stats)
-    assert flash or heads != 4, "the twin takes flash attention for plain bf16 heads of 64"
+    served = {op for op in routed if stats.get(op, {}).get("boxing", {}).get("calls")}
+    assert served == set(_TWIN_ATTENTION.get(choice, ())), (choice, stats)
+    assert choice in (0, *_TWIN_ATTENTION), choice

@@ -14,10 +14,11 @@
 //   fused kernel can take (no dropout, 4-D, grouped-query heads only with enable_gqa), else
 //   `math`, torch's decomposition, as without flagos' answer.
 //
-// On a device twin with kernels of its own (CUDA), the route's twin engine serves them as
-// the twin would: _fused_rms_norm and its backward as themselves, the overrideable
-// attention as the twin's flash attention where the twin would choose that
-// (engines/twin/twin_attention.h). A CPU twin has neither.
+// On a device twin with kernels of its own (CUDA), a route that starts with the twin engine
+// gets what the twin device runs natively: _fused_rms_norm and its backward as themselves;
+// for attention, the backend the twin would choose for the same tensors (cuDNN or
+// memory-efficient attention as torch's ops for them, flash attention through the
+// overrideable op, engines/twin/twin_attention.h). A CPU twin has none of these kernels.
 //
 // A provider may still decline a call (its dtypes, layouts): the fused op is then computed
 // here from other ops (each routed in turn), so it never reaches the twin or CPU engines,
@@ -64,14 +65,65 @@ bool twin_kernel_first(const c10::OperatorHandle& op, c10::DeviceIndex device) {
   return route && route->twin != c10::DeviceType::CPU && twin_has_kernel(op, device);
 }
 
-// Whether the overrideable fused attention goes to the twin engine, which runs it as the
-// twin's flash attention (engines/twin/twin_attention.h).
-bool twin_flash_first(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                      const at::Tensor& mask, double dropout_p, bool is_causal,
-                      std::optional<double> scale, bool enable_gqa) {
-  auto route = twin_route(routing_state(fused_attention_op()), q.device().index());
-  return route && route->twin != c10::DeviceType::CPU && !mask.defined() &&
-         twin_takes_flash_attention(q, k, v, dropout_p, is_causal, scale, enable_gqa);
+// The ops torch's SDPA calls for a backend, looked up once.
+const c10::OperatorHandle& efficient_attention_op() {
+  static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow(
+      "aten::_scaled_dot_product_efficient_attention", "");
+  return op;
+}
+const c10::OperatorHandle& cudnn_attention_op() {
+  static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow(
+      "aten::_scaled_dot_product_cudnn_attention", "");
+  return op;
+}
+
+// The backend to answer where the route of the op torch calls for it starts with a device
+// twin: the twin's own choice for these tensors, so that the twin runs the fused kernel it
+// runs natively. cuDNN and memory-efficient attention are ops torch calls on any device,
+// which their routes send to the twin; flash attention is not (off CUDA torch calls its CPU
+// kernel), so it is answered as `overrideable`, which the twin engine runs as flash
+// attention (engines/twin/twin_attention.h). -1: none (math).
+int64_t twin_backend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                     const at::Tensor& mask, double dropout_p, bool is_causal,
+                     std::optional<double> scale, bool enable_gqa) {
+  auto device = q.device().index();
+  auto starts_on_device_twin = [&](const c10::OperatorHandle& op) {
+    auto route = twin_route(routing_state(op), device);
+    return route && route->twin != c10::DeviceType::CPU;
+  };
+  if (!starts_on_device_twin(fused_attention_op()) && !starts_on_device_twin(cudnn_attention_op()) &&
+      !starts_on_device_twin(efficient_attention_op()))
+    return -1;
+  switch (static_cast<at::SDPBackend>(
+      twin_sdp_choice(q, k, v, mask, dropout_p, is_causal, scale, enable_gqa))) {
+    case at::SDPBackend::flash_attention:
+      // The twin's own SDPA pads head sizes to a multiple of 8 first; the twin engine's
+      // flash attention takes the tensors as they are.
+      if (!mask.defined() && q.size(-1) % 8 == 0 && k.size(-1) % 8 == 0 && v.size(-1) % 8 == 0 &&
+          starts_on_device_twin(fused_attention_op()) &&
+          twin_has_flash_attention(device))
+        return static_cast<int64_t>(at::SDPBackend::overrideable);
+      return -1;
+    case at::SDPBackend::cudnn_attention:
+      if (starts_on_device_twin(cudnn_attention_op()) && twin_has_kernel(cudnn_attention_op(), device))
+        return static_cast<int64_t>(at::SDPBackend::cudnn_attention);
+      return -1;
+    case at::SDPBackend::efficient_attention:
+      if (starts_on_device_twin(efficient_attention_op()) &&
+          twin_has_kernel(efficient_attention_op(), device))
+        return static_cast<int64_t>(at::SDPBackend::efficient_attention);
+      return -1;
+    default:
+      return -1;
+  }
+}
+
+// Whether a call of the overrideable fused attention (or its backward) goes to the twin
+// engine as flash attention: the route starts with a device twin that has it, and the
+// call is one flash attention takes (for the forward, the twin's own choice for it).
+bool twin_flash_route(const c10::OperatorHandle& op, c10::DeviceIndex device) {
+  auto route = twin_route(routing_state(op), device);
+  return route && route->twin != c10::DeviceType::CPU && twin_has_flash_attention(device);
 }
 
 // ---- rms_norm ------------------------------------------------------------------------
@@ -155,11 +207,11 @@ int64_t fused_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Ten
     return math;
   int64_t hq = q.size(1), hk = k.size(1);
   if (hq != hk && !(enable_gqa && hk > 0 && hq % hk == 0)) return math;
-  if (route_has_kernel_provider(fused_attention_op(), q.device().index()) ||
-      twin_flash_first(q, k, v, mask.value_or(at::Tensor()), dropout_p, is_causal, scale,
-                       enable_gqa))
+  if (route_has_kernel_provider(fused_attention_op(), q.device().index()))
     return static_cast<int64_t>(at::SDPBackend::overrideable);
-  return math;
+  int64_t twin = twin_backend(q, k, v, mask.value_or(at::Tensor()), dropout_p, is_causal, scale,
+                              enable_gqa);
+  return twin >= 0 ? twin : math;
 }
 
 // Key/value heads repeated for grouped-query attention, and the scores' scale.
@@ -198,12 +250,14 @@ void fused_attention(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
   if (run_kernel_providers(op, stack, q0.device().index())) return;
   {
     const auto* a = &(*stack)[stack->size() - 8];
+    const at::Tensor& k = a[1].toTensor();
     auto mask = a[3].toOptional<at::Tensor>().value_or(at::Tensor());
     // enable_gqa is not an argument: fewer key/value heads mean it was asked for.
-    if (!a[6].toBool() && twin_flash_first(q0, a[1].toTensor(), a[2].toTensor(), mask,
-                                           a[4].toDouble(), a[5].toBool(),
-                                           a[7].toOptional<double>(),
-                                           a[1].toTensor().size(1) != q0.size(1)))
+    if (!mask.defined() && !a[6].toBool() && q0.size(-1) % 8 == 0 && k.size(-1) % 8 == 0 &&
+        a[2].toTensor().size(-1) % 8 == 0 && twin_flash_route(op, q0.device().index()) &&
+        twin_sdp_choice(q0, k, a[2].toTensor(), mask, a[4].toDouble(), a[5].toBool(),
+                        a[7].toOptional<double>(), k.size(1) != q0.size(1)) ==
+            static_cast<int64_t>(at::SDPBackend::flash_attention))
       return run_routed(op, keys, stack);
   }
   auto args = torch::jit::pop(*stack, 8);
@@ -235,14 +289,12 @@ void fused_attention_backward(const c10::OperatorHandle& op, c10::DispatchKeySet
   const auto& q0 = (*stack)[stack->size() - 16].toTensor();
   if (run_kernel_providers(op, stack, q0.device().index())) return;
   {
-    // The forward ran as the twin's flash attention where these hold (the same answer for
-    // the same tensors), so its logsumexp is the one flash attention's backward reads.
+    // Where the forward ran as the twin's flash attention: its philox seed is flash
+    // attention's (a defined uint64 tensor; flagos' own forward below leaves it undefined).
     const auto* a = &(*stack)[stack->size() - 17];
-    const at::Tensor& k = a[2].toTensor();
-    auto route = twin_route(routing_state(op), q0.device().index());
-    if (route && route->twin != c10::DeviceType::CPU &&
-        twin_flash_first(q0, k, a[3].toTensor(), a[4].toTensor(), a[12].toDouble(),
-                         a[13].toBool(), a[16].toOptional<double>(), k.size(1) != q0.size(1)))
+    const at::Tensor& seed = a[14].toTensor();
+    if (seed.defined() && seed.scalar_type() == at::kUInt64 && !a[4].toTensor().defined() &&
+        a[12].toDouble() == 0.0 && twin_flash_route(op, q0.device().index()))
       return run_routed(op, keys, stack);
   }
   auto args = torch::jit::pop(*stack, 17);

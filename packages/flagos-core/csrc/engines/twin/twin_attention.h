@@ -1,9 +1,10 @@
-// Fused ops on a device twin with kernels of its own for them (CUDA): scaled dot-product
-// attention as the twin's flash attention. PrivateUse1 has no flash-attention op of its own
-// that torch's SDPA would call, so flagos answers `overrideable` (router/fused_ops.cpp), and
-// the twin engine runs the overrideable op and its backward as the twin's
-// _scaled_dot_product_flash_attention(_backward) on the aliases: the kernels plain CUDA
-// runs, instead of the ten or so ops of the decomposition.
+// Flash attention on a device twin (CUDA): torch's SDPA calls flash attention only on
+// CUDA tensors (elsewhere its CPU kernel), so where the twin would take flash attention
+// flagos answers `overrideable` (router/fused_ops.cpp), and the twin engine runs the
+// overrideable op and its backward as the twin's _scaled_dot_product_flash_attention
+// (_backward) on the aliases: the kernels plain CUDA runs, instead of the ten or so ops of
+// the decomposition. (cuDNN and memory-efficient attention need nothing here: torch calls
+// their ops on any device, and their routes bring them to the twin.)
 #pragma once
 
 #include <ATen/core/dispatch/Dispatcher.h>

@@ -26,13 +26,15 @@ void run_twin(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::Devi
 // _fused_rms_norm; the CPU none): the router then sends fused ops to the twin rather than
 // computing them from other ops.
 bool twin_has_kernel(const c10::OperatorHandle& op, c10::DeviceIndex device);
-// Whether the twin of flagos:`device` computes this scaled dot-product attention with a
-// flash-attention kernel of its own, as the twin device itself would choose (its
-// _fused_sdp_choice on aliases): no mask, no dropout, a head size the kernel takes. The
-// twin engine then serves the overrideable fused attention and its backward with it
-// (twin_attention.h).
-bool twin_takes_flash_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                double dropout_p, bool is_causal, std::optional<double> scale,
-                                bool enable_gqa);
+// Whether the twin of flagos:`device` has flash-attention kernels (forward and backward)
+// the twin engine can serve the overrideable fused attention with (twin_attention.h).
+bool twin_has_flash_attention(c10::DeviceIndex device);
+// The fused attention backend (at::SDPBackend as an int) the device twin of q's flagos
+// device would take for these tensors, asked through its own _fused_sdp_choice on aliases;
+// -1 where it cannot be asked: a CPU twin, tensors of torch.compile's tracing (no memory
+// to alias), or a choice that fails (every backend turned off with sdpa_kernel).
+int64_t twin_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                        const at::Tensor& mask, double dropout_p, bool is_causal,
+                        std::optional<double> scale, bool enable_gqa);
 
 }  // namespace flagos
