@@ -133,7 +133,7 @@ at::Tensor rms_norm(const at::Tensor& input, c10::SymIntArrayRef normalized_shap
   auto shape = C10_AS_INTARRAYREF_SLOW(normalized_shape);
   auto device = input.device().index();
   if (on_flagos(input) && (route_has_kernel_provider(fused_rms_norm_op(), device) ||
-                           twin_kernel_first(fused_rms_norm_op(), device)))
+                           (!traced(input) && twin_kernel_first(fused_rms_norm_op(), device))))
     return std::get<0>(at::_fused_rms_norm(input, shape, weight, eps));
   return at::compositeimplicitautograd::rms_norm(input, shape, weight, eps);
 }

@@ -30,13 +30,6 @@ bool has_kernel_on(const c10::OperatorHandle& op, c10::DeviceType type) {
   return op.hasKernelForDispatchKey(c10::computeDispatchKey(std::nullopt, std::nullopt, c10::Device(type)));
 }
 
-// Tensors of torch.compile's tracing (fake or functional) have no memory to alias.
-bool traced(const at::Tensor& t) {
-  return t.key_set().has_any(c10::DispatchKeySet({c10::DispatchKey::Python,
-                                                  c10::DispatchKey::PythonTLSSnapshot,
-                                                  c10::DispatchKey::Functionalize}));
-}
-
 // An alias for asking the twin: it requires grad where `t` does, since the choice depends
 // on it (some kernels run forward only).
 at::Tensor asking_alias(const at::Tensor& t, c10::Device twin) {
@@ -72,6 +65,12 @@ bool flash_backward(const c10::OperatorHandle&, torch::jit::Stack* stack) {
 }
 
 }  // namespace
+
+bool traced(const at::Tensor& t) {
+  return t.key_set().has_any(c10::DispatchKeySet({c10::DispatchKey::Python,
+                                                  c10::DispatchKey::PythonTLSSnapshot,
+                                                  c10::DispatchKey::Functionalize}));
+}
 
 bool twin_has_kernel(const c10::OperatorHandle& op, c10::DeviceIndex device) {
   auto twin = twin_device_type(device);

@@ -22,6 +22,9 @@ namespace flagos {
 // no twin (opaque memory).
 void run_twin(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DeviceIndex device);
 
+// Whether `t` is a tensor of torch.compile's tracing (fake or functional): no memory to
+// alias, so nothing is asked of the twin for it.
+bool traced(const at::Tensor& t);
 // Whether the twin of flagos:`device` has a kernel of its own for `op` (CUDA has one for
 // _fused_rms_norm; the CPU none): the router then sends fused ops to the twin rather than
 // computing them from other ops.
