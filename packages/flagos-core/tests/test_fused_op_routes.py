@@ -137,3 +137,44 @@ def test_a_device_twin_runs_the_attention_kernel_it_would_choose(heads):
     served = {op for op in routed if stats.get(op, {}).get("boxing", {}).get("calls")}
     assert served == set(_TWIN_ATTENTION.get(choice, ())), (choice, stats)
     assert choice in (0, *_TWIN_ATTENTION), choice
+
+
+def test_a_captured_step_runs_the_fused_kernels_of_the_eager_one():
+    # A decode-like step (rms_norm, then attention with a mask, no dropout) captured in a
+    # flagos graph takes the twin's fused kernels as eager calls do, so replay gives
+    # eager's result bit for bit (a decomposition in the capture would not).
+    twin = _needs_device_twin()
+    torch.manual_seed(0)
+    x = torch.randn(1, 4, 1, 64, dtype=torch.bfloat16, device="flagos")
+    kv = torch.randn(1, 4, 32, 64, dtype=torch.bfloat16, device="flagos")
+    mask = torch.zeros(1, 1, 1, 32, dtype=torch.bfloat16, device="flagos")
+    mask[..., 20:] = float("-inf")
+    w = torch.randn(64, dtype=torch.bfloat16, device="flagos")
+    out = torch.empty_like(x)
+
+    def step():
+        out.copy_(F.scaled_dot_product_attention(F.rms_norm(x, (64,), w), kv, kv, attn_mask=mask))
+
+    attention = [op for ops in _TWIN_ATTENTION.values() for op in ops]
+    with torch.no_grad(), flagos.routing.override({op: ["boxing"] for op in [*FUSED, *attention]}):
+        step()
+        eager = out.clone()
+        side = torch.flagos.Stream()
+        with torch.flagos.stream(side):
+            step()
+        torch.flagos.synchronize()
+        flagos.routing.reset_stats()
+        graph = torch.flagos.Graph()
+        with torch.flagos.graph(graph, stream=side):
+            step()
+        captured = flagos.routing.stats()
+        out.zero_()
+        graph.replay()
+        torch.flagos.synchronize()
+    assert captured[FUSED[0]]["boxing"]["calls"] == 1, captured.get(FUSED[0])
+    choice = int(torch.ops.aten._fused_sdp_choice(
+        *(t.to(twin) for t in (x, kv, kv)), mask.to(twin), 0.0, False))
+    served = {op for op in attention if captured.get(op, {}).get("boxing", {}).get("calls")}
+    assert served == set(_TWIN_ATTENTION.get(choice, ())[:1]), (choice, sorted(captured))
+    assert "aten::rsqrt" not in captured, sorted(captured)
+    assert torch.equal(out.cpu(), eager.cpu())

@@ -60,9 +60,16 @@ bool on_flagos(const at::Tensor& t) { return t.defined() && t.device().type() ==
 // Whether the route of `op` on `device` starts with the twin engine, on a twin with a
 // kernel of its own for `op` (CUDA's _fused_rms_norm): the fused op then goes down its
 // route, as on the twin device itself.
+// Whether the route of `op` on `device` starts with a device twin (not a CPU twin). Asked
+// the same way in eager calls and in captures, so a captured step runs the kernels of the
+// eager one.
+bool starts_on_device_twin(const c10::OperatorHandle& op, c10::DeviceIndex device) {
+  auto twin = route_twin(routing_state(op), device);
+  return twin && *twin != c10::DeviceType::CPU;
+}
+
 bool twin_kernel_first(const c10::OperatorHandle& op, c10::DeviceIndex device) {
-  auto route = twin_route(routing_state(op), device);
-  return route && route->twin != c10::DeviceType::CPU && twin_has_kernel(op, device);
+  return starts_on_device_twin(op, device) && twin_has_kernel(op, device);
 }
 
 // The ops torch's SDPA calls for a backend, looked up once.
@@ -87,12 +94,9 @@ int64_t twin_backend(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
                      const at::Tensor& mask, double dropout_p, bool is_causal,
                      std::optional<double> scale, bool enable_gqa) {
   auto device = q.device().index();
-  auto starts_on_device_twin = [&](const c10::OperatorHandle& op) {
-    auto route = twin_route(routing_state(op), device);
-    return route && route->twin != c10::DeviceType::CPU;
-  };
-  if (!starts_on_device_twin(fused_attention_op()) && !starts_on_device_twin(cudnn_attention_op()) &&
-      !starts_on_device_twin(efficient_attention_op()))
+  if (!starts_on_device_twin(fused_attention_op(), device) &&
+      !starts_on_device_twin(cudnn_attention_op(), device) &&
+      !starts_on_device_twin(efficient_attention_op(), device))
     return -1;
   switch (static_cast<at::SDPBackend>(
       twin_sdp_choice(q, k, v, mask, dropout_p, is_causal, scale, enable_gqa))) {
@@ -100,16 +104,16 @@ int64_t twin_backend(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
       // The twin's own SDPA pads head sizes to a multiple of 8 first; the twin engine's
       // flash attention takes the tensors as they are.
       if (!mask.defined() && q.size(-1) % 8 == 0 && k.size(-1) % 8 == 0 && v.size(-1) % 8 == 0 &&
-          starts_on_device_twin(fused_attention_op()) &&
+          starts_on_device_twin(fused_attention_op(), device) &&
           twin_has_flash_attention(device))
         return static_cast<int64_t>(at::SDPBackend::overrideable);
       return -1;
     case at::SDPBackend::cudnn_attention:
-      if (starts_on_device_twin(cudnn_attention_op()) && twin_has_kernel(cudnn_attention_op(), device))
+      if (starts_on_device_twin(cudnn_attention_op(), device) && twin_has_kernel(cudnn_attention_op(), device))
         return static_cast<int64_t>(at::SDPBackend::cudnn_attention);
       return -1;
     case at::SDPBackend::efficient_attention:
-      if (starts_on_device_twin(efficient_attention_op()) &&
+      if (starts_on_device_twin(efficient_attention_op(), device) &&
           twin_has_kernel(efficient_attention_op(), device))
         return static_cast<int64_t>(at::SDPBackend::efficient_attention);
       return -1;
@@ -122,8 +126,7 @@ int64_t twin_backend(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 // engine as flash attention: the route starts with a device twin that has it, and the
 // call is one flash attention takes (for the forward, the twin's own choice for it).
 bool twin_flash_route(const c10::OperatorHandle& op, c10::DeviceIndex device) {
-  auto route = twin_route(routing_state(op), device);
-  return route && route->twin != c10::DeviceType::CPU && twin_has_flash_attention(device);
+  return starts_on_device_twin(op, device) && twin_has_flash_attention(device);
 }
 
 // ---- rms_norm ------------------------------------------------------------------------
