@@ -264,6 +264,18 @@ bool draws_afresh_per_replay(const Provider& p, c10::DeviceIndex device) {
   return p.kind == EngineKind::TWIN && twin_device_type(device) == c10::DeviceType::CPU;
 }
 
+// Whether this call of a random op draws: an op whose randomness is its dropout (the
+// attention kernels) draws nothing at dropout_p 0, as in inference, and captures as any op.
+bool call_draws(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  const auto& args = op.schema().arguments();
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i].name() != "dropout_p") continue;
+    const auto& value = stack[stack.size() - args.size() + i];
+    return !value.isDouble() || value.toDouble() != 0.0;
+  }
+  return true;
+}
+
 // run_counted while the current stream captures: a provider that is not capture-safe is
 // refused, and a refusal from deeper down (a host access) names the op and provider.
 bool run_captured(const Provider& p, Counters* c, const c10::OperatorHandle& op,
@@ -273,7 +285,8 @@ bool run_captured(const Provider& p, Counters* c, const c10::OperatorHandle& op,
   if (!p.capture_safe.load(std::memory_order_relaxed)) {
     capture::refuse(who + ", which is not capture-safe,", device);
   }
-  if (op.hasTag(at::Tag::nondeterministic_seeded) && !draws_afresh_per_replay(p, device)) {
+  if (op.hasTag(at::Tag::nondeterministic_seeded) && !draws_afresh_per_replay(p, device) &&
+      call_draws(op, *stack)) {
     capture::refuse(who + ", a random op whose kernel would draw the same numbers at every "
                     "replay,", device);
   }
@@ -385,6 +398,10 @@ std::optional<TwinRoute> twin_route(OpState& st, c10::DeviceIndex device) {
   // records a CPU twin's kernels on the stream (engines/twin/captured_host_call.h).
   if (C10_UNLIKELY(capture::current_stream_capturing(device))) return std::nullopt;
   return TwinRoute{*route->twin, route->counters.front(), route->chain.front().get()};
+}
+
+std::optional<c10::DeviceType> route_twin(OpState& st, c10::DeviceIndex device) {
+  return current_route(st, device)->twin;
 }
 
 bool route_starts_foreign(OpState& st, c10::DeviceIndex device) {

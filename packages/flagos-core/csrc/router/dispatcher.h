@@ -120,6 +120,11 @@ struct TwinRoute {
 struct OpState;
 OpState& routing_state(const c10::OperatorHandle& op);
 std::optional<TwinRoute> twin_route(OpState& st, c10::DeviceIndex device);
+// The twin device type when the route of an op on `device` starts with the twin engine,
+// while capturing too (twin_route answers nullopt then, sending hot ops down run_routed):
+// for a choice that must be the same in eager calls and in a capture (which kernel a
+// fused op becomes).
+std::optional<c10::DeviceType> route_twin(OpState& st, c10::DeviceIndex device);
 // The name of the provider a TwinRoute starts with (for profiler spans).
 const char* provider_name(const void* provider);
 // Whether the route of `op` on `device` starts with a FOREIGN provider (after any

@@ -14,6 +14,12 @@
 //   fused kernel can take (no dropout, 4-D, grouped-query heads only with enable_gqa), else
 //   `math`, torch's decomposition, as without flagos' answer.
 //
+// On a device twin with kernels of its own (CUDA), a route that starts with the twin engine
+// gets what the twin device runs natively: _fused_rms_norm and its backward as themselves;
+// for attention, the backend the twin would choose for the same tensors (cuDNN or
+// memory-efficient attention as torch's ops for them, flash attention through the
+// overrideable op, engines/twin/twin_attention.h). A CPU twin has none of these kernels.
+//
 // A provider may still decline a call (its dtypes, layouts): the fused op is then computed
 // here from other ops (each routed in turn), so it never reaches the twin or CPU engines,
 // which have no kernel for these ops (torch's CPU build has none for the backward ops).
@@ -30,6 +36,7 @@
 #include <cmath>
 #include <limits>
 
+#include "engines/twin/twin_engine.h"
 #include "router/dispatcher.h"
 
 namespace flagos {
@@ -50,12 +57,86 @@ const c10::OperatorHandle& fused_attention_op() {
 
 bool on_flagos(const at::Tensor& t) { return t.defined() && t.device().type() == kFlagos; }
 
+// Whether the route of `op` on `device` starts with the twin engine, on a twin with a
+// kernel of its own for `op` (CUDA's _fused_rms_norm): the fused op then goes down its
+// route, as on the twin device itself.
+// Whether the route of `op` on `device` starts with a device twin (not a CPU twin). Asked
+// the same way in eager calls and in captures, so a captured step runs the kernels of the
+// eager one.
+bool starts_on_device_twin(const c10::OperatorHandle& op, c10::DeviceIndex device) {
+  auto twin = route_twin(routing_state(op), device);
+  return twin && *twin != c10::DeviceType::CPU;
+}
+
+bool twin_kernel_first(const c10::OperatorHandle& op, c10::DeviceIndex device) {
+  return starts_on_device_twin(op, device) && twin_has_kernel(op, device);
+}
+
+// The ops torch's SDPA calls for a backend, looked up once.
+const c10::OperatorHandle& efficient_attention_op() {
+  static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow(
+      "aten::_scaled_dot_product_efficient_attention", "");
+  return op;
+}
+const c10::OperatorHandle& cudnn_attention_op() {
+  static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow(
+      "aten::_scaled_dot_product_cudnn_attention", "");
+  return op;
+}
+
+// The backend to answer where the route of the op torch calls for it starts with a device
+// twin: the twin's own choice for these tensors, so that the twin runs the fused kernel it
+// runs natively. cuDNN and memory-efficient attention are ops torch calls on any device,
+// which their routes send to the twin; flash attention is not (off CUDA torch calls its CPU
+// kernel), so it is answered as `overrideable`, which the twin engine runs as flash
+// attention (engines/twin/twin_attention.h). -1: none (math).
+int64_t twin_backend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                     const at::Tensor& mask, double dropout_p, bool is_causal,
+                     std::optional<double> scale, bool enable_gqa) {
+  auto device = q.device().index();
+  if (!starts_on_device_twin(fused_attention_op(), device) &&
+      !starts_on_device_twin(cudnn_attention_op(), device) &&
+      !starts_on_device_twin(efficient_attention_op(), device))
+    return -1;
+  switch (static_cast<at::SDPBackend>(
+      twin_sdp_choice(q, k, v, mask, dropout_p, is_causal, scale, enable_gqa))) {
+    case at::SDPBackend::flash_attention:
+      // The twin's own SDPA pads head sizes to a multiple of 8 first; the twin engine's
+      // flash attention takes the tensors as they are.
+      if (!mask.defined() && q.size(-1) % 8 == 0 && k.size(-1) % 8 == 0 && v.size(-1) % 8 == 0 &&
+          starts_on_device_twin(fused_attention_op(), device) &&
+          twin_has_flash_attention(device))
+        return static_cast<int64_t>(at::SDPBackend::overrideable);
+      return -1;
+    case at::SDPBackend::cudnn_attention:
+      if (starts_on_device_twin(cudnn_attention_op(), device) && twin_has_kernel(cudnn_attention_op(), device))
+        return static_cast<int64_t>(at::SDPBackend::cudnn_attention);
+      return -1;
+    case at::SDPBackend::efficient_attention:
+      if (starts_on_device_twin(efficient_attention_op(), device) &&
+          twin_has_kernel(efficient_attention_op(), device))
+        return static_cast<int64_t>(at::SDPBackend::efficient_attention);
+      return -1;
+    default:
+      return -1;
+  }
+}
+
+// Whether a call of the overrideable fused attention (or its backward) goes to the twin
+// engine as flash attention: the route starts with a device twin that has it, and the
+// call is one flash attention takes (for the forward, the twin's own choice for it).
+bool twin_flash_route(const c10::OperatorHandle& op, c10::DeviceIndex device) {
+  return starts_on_device_twin(op, device) && twin_has_flash_attention(device);
+}
+
 // ---- rms_norm ------------------------------------------------------------------------
 
 at::Tensor rms_norm(const at::Tensor& input, c10::SymIntArrayRef normalized_shape,
                     const std::optional<at::Tensor>& weight, std::optional<double> eps) {
   auto shape = C10_AS_INTARRAYREF_SLOW(normalized_shape);
-  if (on_flagos(input) && route_has_kernel_provider(fused_rms_norm_op(), input.device().index()))
+  auto device = input.device().index();
+  if (on_flagos(input) && (route_has_kernel_provider(fused_rms_norm_op(), device) ||
+                           (!traced(input) && twin_kernel_first(fused_rms_norm_op(), device))))
     return std::get<0>(at::_fused_rms_norm(input, shape, weight, eps));
   return at::compositeimplicitautograd::rms_norm(input, shape, weight, eps);
 }
@@ -92,9 +173,11 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward_math(
 
 // PrivateUse1 kernels of _fused_rms_norm and its backward: the route's kernel providers,
 // else the same result from other ops.
-void fused_rms_norm(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
-  const auto& input = (*stack)[stack->size() - 4].toTensor();
-  if (run_kernel_providers(op, stack, input.device().index())) return;
+void fused_rms_norm(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                    torch::jit::Stack* stack) {
+  auto device = (*stack)[stack->size() - 4].toTensor().device().index();
+  if (run_kernel_providers(op, stack, device)) return;
+  if (twin_kernel_first(op, device)) return run_routed(op, keys, stack);
   auto args = torch::jit::pop(*stack, 4);
   auto weight = args[2].toOptional<at::Tensor>();
   auto eps = args[3].toOptional<double>();
@@ -103,10 +186,11 @@ void fused_rms_norm(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::j
   torch::jit::push(*stack, std::get<0>(result), std::get<1>(result));
 }
 
-void fused_rms_norm_backward(const c10::OperatorHandle& op, c10::DispatchKeySet,
+void fused_rms_norm_backward(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                              torch::jit::Stack* stack) {
-  const auto& input = (*stack)[stack->size() - 5].toTensor();
-  if (run_kernel_providers(op, stack, input.device().index())) return;
+  auto device = (*stack)[stack->size() - 5].toTensor().device().index();
+  if (run_kernel_providers(op, stack, device)) return;
+  if (twin_kernel_first(op, device)) return run_routed(op, keys, stack);
   auto args = torch::jit::pop(*stack, 6);
   auto mask_list = args[5].toBoolList();
   std::array<bool, 2> mask{mask_list[0], mask_list[1]};
@@ -126,8 +210,11 @@ int64_t fused_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Ten
     return math;
   int64_t hq = q.size(1), hk = k.size(1);
   if (hq != hk && !(enable_gqa && hk > 0 && hq % hk == 0)) return math;
-  if (!route_has_kernel_provider(fused_attention_op(), q.device().index())) return math;
-  return static_cast<int64_t>(at::SDPBackend::overrideable);
+  if (route_has_kernel_provider(fused_attention_op(), q.device().index()))
+    return static_cast<int64_t>(at::SDPBackend::overrideable);
+  int64_t twin = twin_backend(q, k, v, mask.value_or(at::Tensor()), dropout_p, is_causal, scale,
+                              enable_gqa);
+  return twin >= 0 ? twin : math;
 }
 
 // Key/value heads repeated for grouped-query attention, and the scores' scale.
@@ -160,9 +247,22 @@ at::Tensor probabilities(const at::Tensor& s, const at::Tensor& lse) {
   return (s - l).exp().masked_fill(l.isneginf(), 0);
 }
 
-void fused_attention(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+void fused_attention(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                     torch::jit::Stack* stack) {
   const auto& q0 = (*stack)[stack->size() - 8].toTensor();
   if (run_kernel_providers(op, stack, q0.device().index())) return;
+  {
+    const auto* a = &(*stack)[stack->size() - 8];
+    const at::Tensor& k = a[1].toTensor();
+    auto mask = a[3].toOptional<at::Tensor>().value_or(at::Tensor());
+    // enable_gqa is not an argument: fewer key/value heads mean it was asked for.
+    if (!mask.defined() && !a[6].toBool() && q0.size(-1) % 8 == 0 && k.size(-1) % 8 == 0 &&
+        a[2].toTensor().size(-1) % 8 == 0 && twin_flash_route(op, q0.device().index()) &&
+        twin_sdp_choice(q0, k, a[2].toTensor(), mask, a[4].toDouble(), a[5].toBool(),
+                        a[7].toOptional<double>(), k.size(1) != q0.size(1)) ==
+            static_cast<int64_t>(at::SDPBackend::flash_attention))
+      return run_routed(op, keys, stack);
+  }
   auto args = torch::jit::pop(*stack, 8);
   at::Tensor q = args[0].toTensor(), k = args[1].toTensor(), v = args[2].toTensor();
   at::Tensor mask = args[3].toOptional<at::Tensor>().value_or(at::Tensor());
@@ -187,10 +287,19 @@ at::Tensor sum_heads(const at::Tensor& g, int64_t hk) {
   return g.reshape(sizes).sum(2);
 }
 
-void fused_attention_backward(const c10::OperatorHandle& op, c10::DispatchKeySet,
+void fused_attention_backward(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                               torch::jit::Stack* stack) {
   const auto& q0 = (*stack)[stack->size() - 16].toTensor();
   if (run_kernel_providers(op, stack, q0.device().index())) return;
+  {
+    // Where the forward ran as the twin's flash attention: its philox seed is flash
+    // attention's (a defined uint64 tensor; flagos' own forward below leaves it undefined).
+    const auto* a = &(*stack)[stack->size() - 17];
+    const at::Tensor& seed = a[14].toTensor();
+    if (seed.defined() && seed.scalar_type() == at::kUInt64 && !a[4].toTensor().defined() &&
+        a[12].toDouble() == 0.0 && twin_flash_route(op, q0.device().index()))
+      return run_routed(op, keys, stack);
+  }
   auto args = torch::jit::pop(*stack, 17);
   at::Tensor go = args[0].toTensor(), q = args[1].toTensor(), k = args[2].toTensor(),
              v = args[3].toTensor(), mask = args[4].toTensor(), out = args[6].toTensor(),

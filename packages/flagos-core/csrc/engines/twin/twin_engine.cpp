@@ -5,6 +5,7 @@
 #include "capture/capture_state.h"
 #include "engines/cpu/cpu_engine.h"
 #include "engines/twin/captured_host_call.h"
+#include "engines/twin/twin_attention.h"
 #include "router/dispatcher.h"
 
 namespace flagos {
@@ -17,6 +18,7 @@ void run_twin(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::Devi
   if (*twin == c10::DeviceType::CPU && capture::current_stream_capturing(device)) {
     return record_host_twin_call(op, stack, device);
   }
+  if (*twin != c10::DeviceType::CPU && run_twin_attention(op, stack, device, *twin)) return;
   auto run = [&](torch::jit::Stack* s) { TwinCall(device, *twin).run(op, s); };
   if (*twin == c10::DeviceType::CPU && run_with_cpu_dtype_gaps_closed(op, stack, run)) return;
   run(stack);
