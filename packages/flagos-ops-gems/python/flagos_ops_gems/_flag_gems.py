@@ -11,11 +11,13 @@ type FlagGems detected, with nothing registered with torch.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
 from types import MappingProxyType
 
 from ._default_generator import draws_from_given_generator
+from ._flag_gems_device import on_flagos, vendor_and_backend
 from ._fused_adapters import fused_kernels
 from ._kernel_guards import guard_kernel
 from ._library import KernelLibrary, LibraryUnavailable, OpTable
@@ -47,9 +49,18 @@ class FlagGems(KernelLibrary):
         self.import_seconds: float | None = None
 
     def load(self) -> tuple[OpTable, frozenset[str]]:
+        # Without a twin (opaque memory) FlagGems runs on flagos devices themselves, with the
+        # configs of the vendor whose Triton backend compiles for the HAL.
+        no_twin = _devices_without_twin()
+        on_device = contextlib.nullcontext()
+        if no_twin:
+            on_device = on_flagos(*vendor_and_backend(0))
         start = time.perf_counter()
         try:
-            import flag_gems
+            with on_device:
+                import flag_gems
+        except LibraryUnavailable:
+            raise
         except ImportError as e:
             raise LibraryUnavailable(
                 f"not installed: FlagGems is missing ({e}); pip install "
@@ -70,7 +81,23 @@ class FlagGems(KernelLibrary):
             raise LibraryUnavailable(
                 f"not installed: FlagGems {version}'s op table could not be read: "
                 f"{type(e).__name__}: {e}") from e
+        if no_twin:
+            if device != "flagos":
+                raise LibraryUnavailable(
+                    f"not available without a twin: FlagGems runs on {device!r} tensors")
+            from flagos import triton_driver
+
+            triton_driver.activate()  # FlagGems' kernels launch through the HAL
         return table, frozenset({device})
+
+
+def _devices_without_twin() -> bool:
+    """Whether flagos devices are here and none has a twin device (opaque memory)."""
+    import torch
+
+    count = torch.flagos.device_count()
+    return count > 0 and all(
+        torch.flagos.get_device_properties(i).twin_device in ("", "none") for i in range(count))
 
 
 def _op_table(flag_gems) -> tuple[dict[str, object], str]:

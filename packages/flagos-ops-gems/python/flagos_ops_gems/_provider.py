@@ -101,6 +101,8 @@ class KernelLibraryProvider(Provider):
         if hal is None:
             return None
         twin = _twin_of_hal(hal)
+        if twin is None and "flagos" in twins:
+            return None  # loaded for flagos devices: its kernels take flagos tensors
         if twin not in twins:
             return (f"not available on HAL {hal!r}: {self.library.name} kernels run on "
                     f"{', '.join(sorted(twins))} tensors, the HAL's twin device is "

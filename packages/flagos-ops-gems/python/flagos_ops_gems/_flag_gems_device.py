@@ -1,0 +1,141 @@
+"""FlagGems on flagos devices themselves, where no twin device runs its kernels.
+
+FlagGems picks one device per process when it is imported: its ``DeviceDetector`` (a
+singleton) finds the vendor by probing the machine, and every wrapper then allocates on
+that vendor's device type and guards with its device module (``torch.cuda``,
+``torch.mlu``). On a chip whose memory has no twin (``FLAGOS_NO_TWIN=1`` on a GPU, or a
+chip without CUDA) flagos makes that device ``flagos`` instead: before FlagGems' runtime
+runs, it creates the detector for the vendor whose Triton backend compiles for the HAL's
+target (its tuned and heuristic configs fit the chip), named ``flagos`` with dispatch key
+``PrivateUse1``. FlagGems' device module is then ``torch.flagos``, its results are flagos
+tensors, and its kernels compile for the HAL's target and launch through the HAL
+(:class:`flagos.triton_driver.HalDriver`, made Triton's active driver).
+
+FlagGems has no extension point for a device of its own, so this sets two of its internals
+as its runtime is imported (``flag_gems.runtime.backend``: the device name and its
+``torch.backends`` module; ``flag_gems.runtime.backend.device``: the detector singleton).
+Tested with the FlagGems releases of :data:`flagos_ops_gems.SUPPORTED`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib.abc
+import importlib.machinery
+import sys
+from collections.abc import Callable, Iterator
+from types import ModuleType
+
+from ._library import LibraryUnavailable
+
+__all__ = ["VENDOR_OF_TRITON_BACKEND", "on_flagos", "vendor_and_backend", "vendor_for"]
+
+VENDOR_OF_TRITON_BACKEND = {"cuda": "nvidia", "hip": "amd"}
+"""Triton backend name -> the FlagGems vendor whose configs serve a chip of that backend."""
+
+
+def vendor_for(device: int = 0) -> str:
+    """The FlagGems vendor for flagos:``device``, from the Triton target its HAL names;
+    :class:`LibraryUnavailable` with the reason when there is none."""
+    from flagos import triton_driver
+
+    try:
+        backend = triton_driver.target(device).backend
+    except (RuntimeError, ImportError) as e:
+        raise LibraryUnavailable(f"not available without a twin: {e}") from e
+    vendor = VENDOR_OF_TRITON_BACKEND.get(backend)
+    if vendor is None:
+        raise LibraryUnavailable(
+            f"not available without a twin: no FlagGems vendor is known for Triton backend "
+            f"{backend!r} (known: {', '.join(sorted(VENDOR_OF_TRITON_BACKEND))})")
+    return vendor
+
+
+def vendor_and_backend(device: int = 0) -> tuple[str, str]:
+    """The FlagGems vendor and the Triton backend name for flagos:``device``."""
+    from flagos import triton_driver
+
+    vendor = vendor_for(device)
+    return vendor, triton_driver.target(device).backend
+
+
+@contextlib.contextmanager
+def on_flagos(vendor: str, triton_backend: str) -> Iterator[None]:
+    """Inside the block, importing FlagGems makes it run on flagos devices with the configs
+    of ``vendor`` and Triton's ``triton_backend`` language extras (libdevice)."""
+    finders = _prepare(vendor, triton_backend)
+    try:
+        yield
+    finally:  # an import that failed before reaching them leaves them behind
+        for f in finders:
+            if f in sys.meta_path:
+                sys.meta_path.remove(f)
+
+
+def _prepare(vendor: str, triton_backend: str) -> list[importlib.abc.MetaPathFinder]:
+    if "flag_gems" in sys.modules:
+        raise LibraryUnavailable(
+            "not available without a twin: FlagGems was imported before flagos loaded it, "
+            "so it runs on its own device type; let flagos import it (route an op to gems "
+            "before importing flag_gems)")
+
+    def name_the_device(backend: ModuleType) -> None:
+        backend.device_name = "flagos"
+
+        def set_torch_backend_device_fn(vendor_name: str | None = None) -> None:
+            backend.torch_device_fn_device = None  # torch.backends has no flagos module
+
+        backend.set_torch_backend_device_fn = set_torch_backend_device_fn
+
+    def make_the_detector(device: ModuleType) -> None:
+        import torch
+
+        backend = sys.modules["flag_gems.runtime.backend"]
+        backend.device_name = None  # the vendor's own info first
+        info = backend.get_vendor_info(vendor)
+        info = dataclasses.replace(info, triton_extra_name=info.triton_extra_name or triton_backend)
+        backend.vendor_module.vendor_info = info
+        backend.device_name = "flagos"
+        detector = object.__new__(device.DeviceDetector)
+        detector.initialized = True  # the singleton's guard: FlagGems' own probe never runs
+        detector.vendor_list = device.vendors.get_all_vendors().keys()
+        detector.info = info
+        detector.vendor_name = vendor
+        detector.name = "flagos"
+        detector.vendor = device.vendors.get_all_vendors()[vendor]
+        detector.dispatch_key = "PrivateUse1"
+        detector.device_count = torch.flagos.device_count()
+        detector.support_fp64 = detector.vendor not in device.UNSUPPORT_FP64
+        detector.support_bf16 = detector.vendor not in device.UNSUPPORT_BF16
+        detector.support_int64 = detector.vendor not in device.UNSUPPORT_INT64
+        device.DeviceDetector._instance = detector
+
+    return [_after_exec("flag_gems.runtime.backend", name_the_device),
+            _after_exec("flag_gems.runtime.backend.device", make_the_detector)]
+
+
+def _after_exec(name: str, then: Callable[[ModuleType], None]) -> importlib.abc.MetaPathFinder:
+    """Run ``then(module)`` right after module ``name``'s body runs, before its importer
+    goes on: the next import of ``name`` only. Returns the finder that arranges it."""
+
+    class Finder(importlib.abc.MetaPathFinder):
+        def find_spec(self, fullname, path, target=None):
+            if fullname != name:
+                return None
+            sys.meta_path.remove(self)
+            spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+            if spec is None or spec.loader is None:
+                return spec
+            run_body = spec.loader.exec_module
+
+            def exec_module(module: ModuleType) -> None:
+                run_body(module)
+                then(module)
+
+            spec.loader.exec_module = exec_module
+            return spec
+
+    finder = Finder()
+    sys.meta_path.insert(0, finder)
+    return finder

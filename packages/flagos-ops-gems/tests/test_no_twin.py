@@ -1,0 +1,118 @@
+"""A kernel library on devices without a twin (``FLAGOS_NO_TWIN=1``): loaded for flagos
+devices, its kernels get the flagos tensors themselves. On sim the project's Triton test
+kernels run under Triton's interpreter; FlagGems itself is loaded with ``torch.flagos`` as
+its device module (its kernels then compile for the HAL's Triton target, which sim lacks)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+pytest.importorskip("triton")
+
+NO_TWIN = {"FLAGOS_NO_TWIN": "1", "FLAGOS_HAL": "sim", "TRITON_INTERPRET": "1"}
+
+LIBRARY_ON_FLAGOS = r"""
+import warnings
+import flagos, torch
+import triton_test_kernels as k
+from flagos_ops_gems import register_library
+
+assert torch.flagos.get_device_properties(0).twin_device == "none"
+flagos.routing.register_provider(register_library("notwin", k.TritonTestKernels()))
+
+def stats(op):
+    return flagos.routing.stats().get(op, {}).get("notwin", {})
+
+with flagos.routing.override({"default": ["notwin", "cpu"]}):
+    a, b = torch.randn(100), torch.randn(100)
+    x, y = a.to("flagos"), b.to("flagos")
+    out = torch.add(x, y, alpha=2)
+    assert out.device.type == "flagos", out.device
+    torch.testing.assert_close(out.cpu(), a + 2 * b)
+    assert k.seen["devices"][-1].type == "flagos", k.seen["devices"]
+    assert stats("aten::add.Tensor")["calls"] == 1
+
+    # a call the kernel declines goes down the route, inputs as they were
+    d = torch.randn(5, dtype=torch.float64)
+    torch.testing.assert_close(torch.add(d.to("flagos"), d.to("flagos")).cpu(), d + d)
+    assert stats("aten::add.Tensor")["declined"] == 1
+
+    # a kernel that raises on a functional op declines it, with one warning
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        torch.testing.assert_close(torch.add(x, y, alpha=13).cpu(), a + 13 * b)
+    assert any("alpha 13 is refused" in str(m.message) for m in w), [str(m.message) for m in w]
+    torch.testing.assert_close(x.cpu(), a)
+
+    # an in-place op writes the caller's tensor
+    z = x.clone()
+    r = z.mul_(y)
+    assert r is z
+    torch.testing.assert_close(z.cpu(), a * b)
+
+    # a kernel that calls its own op again on flagos tensors: that call takes the next
+    # provider (no recursion into the kernel)
+    torch.testing.assert_close(torch.neg(x).cpu(), -a)
+    assert k.seen["devices"][-1].type == "flagos"
+    assert stats("aten::neg")["calls"] == 1
+    assert "served by: notwin" in str(flagos.routing.explain("aten::abs"))
+print("ok")
+"""
+
+
+def test_a_library_loaded_for_flagos_runs_on_flagos_tensors(run_python) -> None:
+    from pathlib import Path
+
+    r = run_python(LIBRARY_ON_FLAGOS, path=[Path(__file__).parent], env=NO_TWIN)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr
+
+
+FLAG_GEMS_ON_FLAGOS = r"""
+import warnings
+import flagos, torch
+import flagos_ops_gems._flag_gems as loader
+from flagos_ops_gems import FlagGems, register_library
+
+# sim names no Triton target: load FlagGems as the cuda HAL's target would (nvidia configs)
+loader.vendor_and_backend = lambda index=0: ("nvidia", "cuda")
+library = FlagGems()
+flagos.routing.register_provider(register_library("gemsnotwin", library))
+with flagos.routing.override({"aten::add.Tensor": ["gemsnotwin", "cpu"]}):
+    a, b = torch.randn(8), torch.randn(8)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        out = torch.add(a.to("flagos"), b.to("flagos"))
+    import flag_gems
+    assert flag_gems.device == "flagos", flag_gems.device
+    assert flag_gems.runtime.torch_device_fn is torch.flagos
+    # its wrapper ran on flagos tensors and reached the HAL's Triton driver, which names
+    # the missing target; the functional op then ran on the next provider
+    torch.testing.assert_close(out.cpu(), a + b)
+    text = " ".join(str(m.message) for m in w)
+    assert "no Triton backend compiles for flagos:0 (HAL 'sim'" in text, text
+print("ok")
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("flag_gems") is None,
+                    reason="FlagGems is not installed")
+def test_flag_gems_runs_with_torch_flagos_as_its_device_module(run_python) -> None:
+    r = run_python(FLAG_GEMS_ON_FLAGOS, env={**NO_TWIN, "TRITON_INTERPRET": "0"})
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr
+
+
+def test_without_a_triton_target_gems_says_why(run_python) -> None:
+    code = r"""
+import flagos, torch
+from flagos_ops_gems._flag_gems_device import vendor_for
+from flagos_ops_gems import LibraryUnavailable
+try:
+    vendor_for(0)
+except LibraryUnavailable as e:
+    print(e)
+"""
+    r = run_python(code, env={**NO_TWIN, "TRITON_INTERPRET": "0"})
+    assert "not available without a twin: flagos: no Triton backend compiles for flagos:0 " \
+           "(HAL 'sim'" in r.stdout, r.stdout + r.stderr
