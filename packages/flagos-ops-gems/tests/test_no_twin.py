@@ -76,7 +76,7 @@ import flagos_ops_gems._flag_gems as loader
 from flagos_ops_gems import FlagGems, register_library
 
 # sim names no Triton target: load FlagGems as the cuda HAL's target would (nvidia configs)
-loader.vendor_and_backend = lambda index=0: ("nvidia", "cuda")
+loader.vendor_and_backend = lambda index=0: ("nvidia", "cuda", (9, 0))
 library = FlagGems()
 flagos.routing.register_provider(register_library("gemsnotwin", library))
 with flagos.routing.override({"aten::add.Tensor": ["gemsnotwin", "cpu"]}):
@@ -86,7 +86,10 @@ with flagos.routing.override({"aten::add.Tensor": ["gemsnotwin", "cpu"]}):
         out = torch.add(a.to("flagos"), b.to("flagos"))
     import flag_gems
     assert flag_gems.device == "flagos", flag_gems.device
-    assert flag_gems.runtime.torch_device_fn is torch.flagos
+    fn = flag_gems.runtime.torch_device_fn
+    assert fn.device is torch.flagos.device and fn.current_stream is torch.flagos.current_stream
+    from flag_gems.utils.device_info import get_device_capability
+    assert get_device_capability() == (9, 0)  # the cuda target's, for its NVIDIA configs
     # its wrapper ran on flagos tensors and reached the HAL's Triton driver, which names
     # the missing target; the functional op then ran on the next provider
     torch.testing.assert_close(out.cpu(), a + b)

@@ -7,13 +7,14 @@ that vendor's device type and guards with its device module (``torch.cuda``,
 chip without CUDA) flagos makes that device ``flagos`` instead: before FlagGems' runtime
 runs, it creates the detector for the vendor whose Triton backend compiles for the HAL's
 target (its tuned and heuristic configs fit the chip), named ``flagos`` with dispatch key
-``PrivateUse1``. FlagGems' device module is then ``torch.flagos``, its results are flagos
+``PrivateUse1``. FlagGems' device module is then ``torch.flagos`` (with the compute
+capability of a ``cuda`` target, :class:`FlagGemsDeviceModule`), its results are flagos
 tensors, and its kernels compile for the HAL's target and launch through the HAL
 (:class:`flagos.triton_driver.HalDriver`, made Triton's active driver).
 
 FlagGems has no extension point for a device of its own, so this sets two of its internals
-as its runtime is imported (``flag_gems.runtime.backend``: the device name and its
-``torch.backends`` module; ``flag_gems.runtime.backend.device``: the detector singleton).
+as its runtime is imported (``flag_gems.runtime.backend``: the device name, its device
+module and its ``torch.backends`` module; ``flag_gems.runtime.backend.device``: the detector singleton).
 Tested with the FlagGems releases of :data:`flagos_ops_gems.SUPPORTED`.
 """
 
@@ -29,7 +30,8 @@ from types import ModuleType
 
 from ._library import LibraryUnavailable
 
-__all__ = ["VENDOR_OF_TRITON_BACKEND", "on_flagos", "vendor_and_backend", "vendor_for"]
+__all__ = ["VENDOR_OF_TRITON_BACKEND", "FlagGemsDeviceModule", "on_flagos", "vendor_and_backend",
+           "vendor_for"]
 
 VENDOR_OF_TRITON_BACKEND = {"cuda": "nvidia", "hip": "amd"}
 """Triton backend name -> the FlagGems vendor whose configs serve a chip of that backend."""
@@ -52,19 +54,46 @@ def vendor_for(device: int = 0) -> str:
     return vendor
 
 
-def vendor_and_backend(device: int = 0) -> tuple[str, str]:
-    """The FlagGems vendor and the Triton backend name for flagos:``device``."""
+def vendor_and_backend(device: int = 0) -> tuple[str, str, tuple[int, int] | None]:
+    """The FlagGems vendor, the Triton backend name and, for a ``cuda`` target, the compute
+    capability its architecture is (``90`` -> ``(9, 0)``) for flagos:``device``."""
     from flagos import triton_driver
 
     vendor = vendor_for(device)
-    return vendor, triton_driver.target(device).backend
+    target = triton_driver.target(device)
+    capability = None
+    if target.backend == "cuda" and isinstance(target.arch, int):
+        capability = divmod(target.arch, 10)
+    return vendor, target.backend, capability
+
+
+class FlagGemsDeviceModule:
+    """``torch.flagos`` as FlagGems' device module (its ``torch_device_fn``), answering also
+    ``get_device_capability`` for a chip of Triton's ``cuda`` backend: FlagGems' NVIDIA
+    configs choose kernels by it, and ``torch.flagos`` does not have it (a flagos device's
+    architecture version is its vendor's, not a CUDA compute capability)."""
+
+    def __init__(self, capability: tuple[int, int] | None) -> None:
+        self._capability = capability
+
+    def __getattr__(self, name: str) -> object:
+        import torch
+
+        return getattr(torch.flagos, name)
+
+    def get_device_capability(self, device: object = None) -> tuple[int, int]:
+        if self._capability is None:
+            raise AttributeError("this flagos device is not of Triton's cuda backend")
+        return self._capability
 
 
 @contextlib.contextmanager
-def on_flagos(vendor: str, triton_backend: str) -> Iterator[None]:
+def on_flagos(vendor: str, triton_backend: str,
+              capability: tuple[int, int] | None = None) -> Iterator[None]:
     """Inside the block, importing FlagGems makes it run on flagos devices with the configs
-    of ``vendor`` and Triton's ``triton_backend`` language extras (libdevice)."""
-    finders = _prepare(vendor, triton_backend)
+    of ``vendor`` and Triton's ``triton_backend`` language extras (libdevice); ``capability``:
+    what its device module answers for ``get_device_capability`` (a ``cuda`` target's)."""
+    finders = _prepare(vendor, triton_backend, capability)
     try:
         yield
     finally:  # an import that failed before reaching them leaves them behind
@@ -73,7 +102,8 @@ def on_flagos(vendor: str, triton_backend: str) -> Iterator[None]:
                 sys.meta_path.remove(f)
 
 
-def _prepare(vendor: str, triton_backend: str) -> list[importlib.abc.MetaPathFinder]:
+def _prepare(vendor: str, triton_backend: str,
+             capability: tuple[int, int] | None) -> list[importlib.abc.MetaPathFinder]:
     if "flag_gems" in sys.modules:
         raise LibraryUnavailable(
             "not available without a twin: FlagGems was imported before flagos loaded it, "
@@ -82,6 +112,7 @@ def _prepare(vendor: str, triton_backend: str) -> list[importlib.abc.MetaPathFin
 
     def name_the_device(backend: ModuleType) -> None:
         backend.device_name = "flagos"
+        backend.torch_device_object = FlagGemsDeviceModule(capability)
 
         def set_torch_backend_device_fn(vendor_name: str | None = None) -> None:
             backend.torch_device_fn_device = None  # torch.backends has no flagos module
