@@ -119,6 +119,10 @@ struct TwinRoute {
 // caller with a fixed op looks it up once.
 struct OpState;
 OpState& routing_state(const c10::OperatorHandle& op);
+// How many operators torch has deregistered since flagos loaded (a torch.library.Library
+// destroyed). A cache keyed by an operator name's address drops its entries when this
+// changes: a new operator may be given a freed one's address.
+uint64_t ops_deregistered();
 std::optional<TwinRoute> twin_route(OpState& st, c10::DeviceIndex device);
 // The name of the provider a TwinRoute starts with (for profiler spans).
 const char* provider_name(const void* provider);

@@ -11,13 +11,12 @@ type FlagGems detected, with nothing registered with torch.
 
 from __future__ import annotations
 
-import contextlib
 import time
 import warnings
 from types import MappingProxyType
 
 from ._default_generator import draws_from_given_generator
-from ._flag_gems_device import on_flagos, vendor_and_backend
+from ._flag_gems_device import prepare, vendor_and_backend
 from ._fused_adapters import fused_kernels
 from ._kernel_guards import guard_kernel
 from ._library import KernelLibrary, LibraryUnavailable, OpTable
@@ -52,15 +51,11 @@ class FlagGems(KernelLibrary):
         # Without a twin (opaque memory) FlagGems runs on flagos devices themselves, with the
         # configs of the vendor whose Triton backend compiles for the HAL.
         no_twin = _devices_without_twin()
-        on_device = contextlib.nullcontext()
         if no_twin:
-            on_device = on_flagos(*vendor_and_backend(0))
+            prepare(*vendor_and_backend(0))
         start = time.perf_counter()
         try:
-            with on_device:
-                import flag_gems
-        except LibraryUnavailable:
-            raise
+            import flag_gems
         except ImportError as e:
             raise LibraryUnavailable(
                 f"not installed: FlagGems is missing ({e}); pip install "

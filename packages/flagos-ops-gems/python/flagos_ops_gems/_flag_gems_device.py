@@ -20,17 +20,15 @@ Tested with the FlagGems releases of :data:`flagos_ops_gems.SUPPORTED`.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import importlib.abc
-import importlib.machinery
 import sys
-from collections.abc import Callable, Iterator
 from types import ModuleType
+
+from flagos.provider_api import after_import
 
 from ._library import LibraryUnavailable
 
-__all__ = ["VENDOR_OF_TRITON_BACKEND", "FlagGemsDeviceModule", "on_flagos", "vendor_and_backend",
+__all__ = ["VENDOR_OF_TRITON_BACKEND", "FlagGemsDeviceModule", "prepare", "vendor_and_backend",
            "vendor_for"]
 
 VENDOR_OF_TRITON_BACKEND = {"cuda": "nvidia", "hip": "amd"}
@@ -87,23 +85,10 @@ class FlagGemsDeviceModule:
         return self._capability
 
 
-@contextlib.contextmanager
-def on_flagos(vendor: str, triton_backend: str,
-              capability: tuple[int, int] | None = None) -> Iterator[None]:
-    """Inside the block, importing FlagGems makes it run on flagos devices with the configs
-    of ``vendor`` and Triton's ``triton_backend`` language extras (libdevice); ``capability``:
+def prepare(vendor: str, triton_backend: str, capability: tuple[int, int] | None = None) -> None:
+    """Arrange that FlagGems, when imported next, runs on flagos devices with the configs of
+    ``vendor`` and Triton's ``triton_backend`` language extras (libdevice); ``capability``:
     what its device module answers for ``get_device_capability`` (a ``cuda`` target's)."""
-    finders = _prepare(vendor, triton_backend, capability)
-    try:
-        yield
-    finally:  # an import that failed before reaching them leaves them behind
-        for f in finders:
-            if f in sys.meta_path:
-                sys.meta_path.remove(f)
-
-
-def _prepare(vendor: str, triton_backend: str,
-             capability: tuple[int, int] | None) -> list[importlib.abc.MetaPathFinder]:
     if "flag_gems" in sys.modules:
         raise LibraryUnavailable(
             "not available without a twin: FlagGems was imported before flagos loaded it, "
@@ -142,31 +127,6 @@ def _prepare(vendor: str, triton_backend: str,
         detector.support_int64 = detector.vendor not in device.UNSUPPORT_INT64
         device.DeviceDetector._instance = detector
 
-    return [_after_exec("flag_gems.runtime.backend", name_the_device),
-            _after_exec("flag_gems.runtime.backend.device", make_the_detector)]
-
-
-def _after_exec(name: str, then: Callable[[ModuleType], None]) -> importlib.abc.MetaPathFinder:
-    """Run ``then(module)`` right after module ``name``'s body runs, before its importer
-    goes on: the next import of ``name`` only. Returns the finder that arranges it."""
-
-    class Finder(importlib.abc.MetaPathFinder):
-        def find_spec(self, fullname, path, target=None):
-            if fullname != name:
-                return None
-            sys.meta_path.remove(self)
-            spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-            if spec is None or spec.loader is None:
-                return spec
-            run_body = spec.loader.exec_module
-
-            def exec_module(module: ModuleType) -> None:
-                run_body(module)
-                then(module)
-
-            spec.loader.exec_module = exec_module
-            return spec
-
-    finder = Finder()
-    sys.meta_path.insert(0, finder)
-    return finder
+    # right after each module's body, before FlagGems' runtime goes on to use them
+    after_import("flag_gems.runtime.backend", name_the_device)
+    after_import("flag_gems.runtime.backend.device", make_the_detector)

@@ -68,13 +68,19 @@ class KernelLibraryProvider(Provider):
                 except LibraryUnavailable as e:
                     self._failure = str(e)
                     return None
-                from flagos.provider_api import route_ops_as_themselves
+                from flagos import launch_cache
+                from flagos.provider_api import route_ops_as_themselves, set_replayable
 
                 # The library serves functional forms; they must reach the dispatcher as
                 # such rather than as their out= forms.
                 route_ops_as_themselves(op for op in table if _reaches_flagos(op))
                 aliases = self.library.keyword_aliases
                 kernels = {op: adapt_keywords(op, k, aliases) for op, k in table.items()}
+                if "flagos" in twins:  # on flagos tensors: launches through the HAL
+                    replayable = self.library.replayable_ops() & kernels.keys()
+                    for op in replayable:
+                        kernels[op] = launch_cache.watched(kernels[op])
+                    set_replayable(self.name, replayable)
                 self._loaded = (kernels, frozenset(twins))
         return self._loaded
 

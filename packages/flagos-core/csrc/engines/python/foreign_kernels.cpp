@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "aten/alias.h"
+#include "engines/launch/launch_cache.h"
 #include "engines/twin/twin_engine.h"
 #include "router/dispatcher.h"
 
@@ -43,10 +44,12 @@ struct ResolvedKernel {
   mutable std::atomic<bool> warned{false};  // of a call declined on the kernel's error
 };
 
-using Key = std::pair<const void*, const c10::OperatorName*>;
+// The resolver and the operator's full name (not its address, which a later operator may
+// be given once torch frees the first).
+using Key = std::pair<const void*, std::string>;
 
-const ResolvedKernel& resolve_slow(const PyObjectRef& resolver, const c10::OperatorHandle& op,
-                                   const Key& key) {
+const ResolvedKernel& resolve_slow(const PyObjectRef& resolver, const c10::OperatorHandle& op) {
+  Key key{resolver.get(), op_full_name(op)};
   static std::shared_mutex mutex;
   static auto* kernels = new std::map<Key, std::unique_ptr<ResolvedKernel>>();
   {
@@ -68,12 +71,21 @@ const ResolvedKernel& resolve_slow(const PyObjectRef& resolver, const c10::Opera
 
 // The kernel for `op` from `resolver`, per call: a per-thread cache in front of the map.
 const ResolvedKernel& kernel_for(const PyObjectRef& resolver, const c10::OperatorHandle& op) {
-  Key key{resolver.get(), &op.operator_name()};
-  thread_local std::array<std::pair<Key, const ResolvedKernel*>, 64> cache{};
-  auto h = (reinterpret_cast<uintptr_t>(key.first) ^ reinterpret_cast<uintptr_t>(key.second)) >> 4;
+  struct Entry {
+    const void* resolver;
+    const c10::OperatorName* op;
+    uint64_t deregistered;
+    const ResolvedKernel* kernel;
+  };
+  const c10::OperatorName* name = &op.operator_name();
+  thread_local std::array<Entry, 64> cache{};
+  auto h = (reinterpret_cast<uintptr_t>(resolver.get()) ^ reinterpret_cast<uintptr_t>(name)) >> 4;
   auto& entry = cache[h % cache.size()];
-  if (entry.second == nullptr || entry.first != key) entry = {key, &resolve_slow(resolver, op, key)};
-  return *entry.second;
+  uint64_t deregistered = ops_deregistered();
+  if (entry.kernel == nullptr || entry.resolver != resolver.get() || entry.op != name ||
+      entry.deregistered != deregistered)
+    entry = {resolver.get(), name, deregistered, &resolve_slow(resolver, op)};
+  return *entry.kernel;
 }
 
 // Whether a tensor argument lies in host memory while the twin is a device: a CPU scalar
@@ -138,7 +150,7 @@ bool run_direct(const ResolvedKernel& resolved, const c10::OperatorHandle& op,
 }  // namespace
 
 bool run_foreign(const PyObjectRef& resolver, const c10::OperatorHandle& op,
-                 torch::jit::Stack* stack, c10::DeviceIndex device) {
+                 torch::jit::Stack* stack, c10::DeviceIndex device, LaunchTable* replay) {
   const ResolvedKernel& resolved = kernel_for(resolver, op);
   if (!resolved.kernel) return false;
   auto twin = twin_device_type(device);
@@ -148,7 +160,10 @@ bool run_foreign(const PyObjectRef& resolver, const c10::OperatorHandle& op,
     return false;
   // No twin (opaque memory): a library serves such devices only when loaded for flagos
   // devices (its provider says which HALs it runs on).
-  if (!twin) return run_direct(resolved, op, stack);
+  if (!twin) {
+    if (!replay) return run_direct(resolved, op, stack);
+    return run_launch_cached(*replay, op, stack, [&] { return run_direct(resolved, op, stack); });
+  }
   TwinCall call(device, *twin);
   return call.run_with(op, stack, [&](const c10::OperatorHandle& o, torch::jit::Stack* s) {
     return call_kernel(resolved, o, s);  // a decline leaves the arguments: run_with restores them

@@ -35,9 +35,14 @@
 
 namespace flagos {
 
+struct LaunchTable;
+
 // Runs `op` on flagos:`device` with the kernel that `resolver` gives for it; false when the
-// kernel (or the resolver) declines the call, the stack then unchanged.
+// kernel (or the resolver) declines the call, the stack then unchanged. `replay`: where the
+// provider declared `op` replayable, its kept launches; a call on flagos tensors (no twin)
+// is then relaunched from C++ where one with its key was recorded (launch_cache.h). Calls
+// on twin aliases launch through the twin's own driver, which records nothing.
 bool run_foreign(const PyObjectRef& resolver, const c10::OperatorHandle& op,
-                 torch::jit::Stack* stack, c10::DeviceIndex device);
+                 torch::jit::Stack* stack, c10::DeviceIndex device, LaunchTable* replay);
 
 }  // namespace flagos
