@@ -6,6 +6,7 @@ its device module (its kernels then compile for the HAL's Triton target, which s
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import pytest
 
@@ -119,3 +120,47 @@ except LibraryUnavailable as e:
     r = run_python(code, env={**NO_TWIN, "TRITON_INTERPRET": "0"})
     assert "not available without a twin: flagos: no Triton backend compiles for flagos:0 " \
            "(HAL 'sim'" in r.stdout, r.stdout + r.stderr
+
+
+FLAG_GEMS_ON_A_GPU_WITHOUT_TWIN = r"""
+import flagos, torch
+import torch.nn.functional as F
+
+assert torch.flagos.get_device_properties(0).twin_device == "none"
+g = torch.Generator().manual_seed(0)
+a, b = torch.randn(64, 64, generator=g), torch.randn(64, 64, generator=g)
+w = torch.randn(64, generator=g)
+table, idx = torch.randn(100, 64, generator=g), torch.randint(0, 100, (16,), generator=g)
+cases = {
+    "add": lambda a, b, w, t, i: a + b, "mul": lambda a, b, w, t, i: a * b,
+    "mm": lambda a, b, w, t, i: a @ b, "softmax": lambda a, b, w, t, i: a.softmax(-1),
+    "layer_norm": lambda a, b, w, t, i: F.layer_norm(a, (64,), w),
+    "rms_norm": lambda a, b, w, t, i: F.rms_norm(a, (64,), w),
+    "sum": lambda a, b, w, t, i: a.sum(), "embedding": lambda a, b, w, t, i: F.embedding(i, t),
+    "silu": lambda a, b, w, t, i: F.silu(a), "gelu": lambda a, b, w, t, i: F.gelu(a),
+}
+args = (a, b, w, table, idx)
+on_flagos = tuple(x.to("flagos") for x in args)
+with flagos.routing.override({"default": ["gems", "cpu"]}):
+    for name, fn in cases.items():
+        flagos.routing.reset_stats()
+        out = fn(*on_flagos)
+        served = {p for per in flagos.routing.stats().values() for p, s in per.items()
+                  if s["calls"]}
+        assert served == {"gems"}, (name, flagos.routing.stats())
+        torch.testing.assert_close(out.cpu(), fn(*args), rtol=1e-4, atol=1e-4, msg=name)
+import flag_gems
+assert flag_gems.device == "flagos"
+print("ok")
+"""
+
+
+@pytest.mark.skipif(os.environ.get("FLAGOS_TEST_HW") != "cuda" or
+                    importlib.util.find_spec("flag_gems") is None,
+                    reason="needs the cuda HAL and FlagGems")
+def test_flag_gems_runs_on_a_gpu_without_its_twin(run_python) -> None:
+    # The GPU as a chip without CUDA: FlagGems' kernels on flagos tensors, compiled for the
+    # HAL's target and launched through the HAL, against the CPU.
+    r = run_python(FLAG_GEMS_ON_A_GPU_WITHOUT_TWIN,
+                   env={"FLAGOS_NO_TWIN": "1", "FLAGOS_HAL": "cuda", "TRITON_INTERPRET": "0"})
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr
