@@ -96,6 +96,13 @@ with flagos.routing.override({"aten::add.Tensor": ["gemsnotwin", "cpu"]}):
     torch.testing.assert_close(out.cpu(), a + b)
     text = " ".join(str(m.message) for m in w)
     assert "no Triton backend compiles for flagos:0 (HAL 'sim'" in text, text
+    # its random kernels read flagos' generator as a Philox seed and offset
+    from flag_gems.utils.random_utils import philox_backend_seed_offset
+    torch.manual_seed(3)
+    first = [philox_backend_seed_offset(8) for _ in range(2)]
+    torch.manual_seed(3)
+    assert [philox_backend_seed_offset(8) for _ in range(2)] == first
+    assert first[0] != first[1] and first[0][1] == 0, first
 print("ok")
 """
 
@@ -163,4 +170,32 @@ def test_flag_gems_runs_on_a_gpu_without_its_twin(run_python) -> None:
     # HAL's target and launched through the HAL, against the CPU.
     r = run_python(FLAG_GEMS_ON_A_GPU_WITHOUT_TWIN,
                    env={"FLAGOS_NO_TWIN": "1", "FLAGOS_HAL": "cuda", "TRITON_INTERPRET": "0"})
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr
+
+
+PHILOX_DRAWS = r"""
+import torch, flagos
+from flagos_ops_gems._flag_gems_device import PhiloxDraws, draws_philox_seeds
+
+gen = torch.Generator("flagos").manual_seed(11)
+draws = PhiloxDraws(gen)
+states = [draws.get_state().view(torch.int64).tolist() for _ in range(3)]
+assert len({s[0] for s in states}) == 3 and {s[1] for s in states} == {0}, states
+gen.manual_seed(11)
+assert [draws.get_state().view(torch.int64).tolist() for _ in range(3)] == states
+seen = []
+kernel = draws_philox_seeds(lambda x, *, generator=None: seen.append(generator) or x)
+kernel(1, generator=gen)
+assert isinstance(seen[0], PhiloxDraws) and seen[0].generator is gen
+kernel(1, generator=None)
+assert seen[1] is None
+print("ok")
+"""
+
+
+def test_a_flagos_generator_without_a_twin_reads_as_philox_seeds(run_python) -> None:
+    # Without a twin flagos' generator has the CPU generator's state; FlagGems' random
+    # kernels read a generator's state as Philox's seed and offset. Each read draws a new
+    # seed from the flagos generator, which seeding reproduces.
+    r = run_python(PHILOX_DRAWS, env=NO_TWIN)
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr

@@ -16,7 +16,7 @@ import warnings
 from types import MappingProxyType
 
 from ._default_generator import draws_from_given_generator
-from ._flag_gems_device import prepare, vendor_and_backend
+from ._flag_gems_device import draws_philox_seeds, prepare, vendor_and_backend
 from ._fused_adapters import fused_kernels
 from ._kernel_guards import guard_kernel
 from ._library import KernelLibrary, LibraryUnavailable, OpTable
@@ -71,7 +71,7 @@ class FlagGems(KernelLibrary):
                 f"not installed: FlagGems {version} found, flagos-ops-gems needs flag-gems"
                 f"{','.join(SUPPORTED)}")
         try:
-            table, device = _op_table(flag_gems)
+            table, device = _op_table(flag_gems, no_twin)
         except Exception as e:
             raise LibraryUnavailable(
                 f"not installed: FlagGems {version}'s op table could not be read: "
@@ -95,7 +95,19 @@ def _devices_without_twin() -> bool:
         torch.flagos.get_device_properties(i).twin_device in ("", "none") for i in range(count))
 
 
-def _op_table(flag_gems) -> tuple[dict[str, object], str]:
+def _has_generator(op: str) -> bool:
+    import torch
+
+    ns, _, rest = op.partition("::")
+    name, _, overload = rest.partition(".")
+    try:
+        schema = getattr(getattr(getattr(torch.ops, ns), name), overload or "default")._schema
+    except (AttributeError, RuntimeError):
+        return False
+    return any("Generator" in str(a.type) for a in schema.arguments)
+
+
+def _op_table(flag_gems, no_twin: bool = False) -> tuple[dict[str, object], str]:
     from flag_gems.config import aten_patch_list, resolve_user_setting
     from flag_gems.runtime.register import Register
 
@@ -126,6 +138,8 @@ def _op_table(flag_gems) -> tuple[dict[str, object], str]:
         name, _, overload = key.partition(".")
         full = f"aten::{name}" if overload in ("", "default") else f"aten::{name}.{overload}"
         table[full] = guard_kernel(fn)  # kernels with layout assumptions: _kernel_guards.py
+        if no_twin and full != "aten::multinomial" and _has_generator(full):
+            table[full] = draws_philox_seeds(table[full])  # a flagos generator, read as Philox
     if "aten::multinomial" in table:  # draws from the default generator (_default_generator.py)
         table["aten::multinomial"] = draws_from_given_generator(table["aten::multinomial"])
     for op, fn in fused_kernels(flag_gems).items():

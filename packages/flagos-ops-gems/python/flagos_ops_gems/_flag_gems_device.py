@@ -8,7 +8,8 @@ chip without CUDA) flagos makes that device ``flagos`` instead: before FlagGems'
 runs, it creates the detector for the vendor whose Triton backend compiles for the HAL's
 target (its tuned and heuristic configs fit the chip), named ``flagos`` with dispatch key
 ``PrivateUse1``. FlagGems' device module is then ``torch.flagos`` (with the compute
-capability of a ``cuda`` target, :class:`FlagGemsDeviceModule`), its results are flagos
+capability of a ``cuda`` target and Philox-style generators, :class:`FlagGemsDeviceModule`),
+its results are flagos
 tensors, and its kernels compile for the HAL's target and launch through the HAL
 (:class:`flagos.triton_driver.HalDriver`, made Triton's active driver).
 
@@ -21,15 +22,17 @@ Tested with the FlagGems releases of :data:`flagos_ops_gems.SUPPORTED`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
+from collections.abc import Callable
 from types import ModuleType
 
 from flagos.provider_api import after_import
 
 from ._library import LibraryUnavailable
 
-__all__ = ["VENDOR_OF_TRITON_BACKEND", "FlagGemsDeviceModule", "prepare", "vendor_and_backend",
-           "vendor_for"]
+__all__ = ["VENDOR_OF_TRITON_BACKEND", "FlagGemsDeviceModule", "PhiloxDraws", "draws_philox_seeds",
+           "prepare", "vendor_and_backend", "vendor_for"]
 
 VENDOR_OF_TRITON_BACKEND = {"cuda": "nvidia", "hip": "amd"}
 """Triton backend name -> the FlagGems vendor whose configs serve a chip of that backend."""
@@ -83,6 +86,54 @@ class FlagGemsDeviceModule:
         if self._capability is None:
             raise AttributeError("this flagos device is not of Triton's cuda backend")
         return self._capability
+
+    @property
+    def default_generators(self) -> tuple[PhiloxDraws, ...]:
+        import torch
+
+        return tuple(PhiloxDraws(g) for g in torch.flagos.default_generators)
+
+
+class PhiloxDraws:
+    """A flagos generator without a twin as the Philox generator FlagGems' random kernels
+    read: ``get_state()`` gives 16 bytes, a seed and offset 0, and the seed is drawn from the
+    flagos generator (whose state, without a twin, is the CPU generator's), advancing it, so
+    each kernel draws new numbers and ``torch.manual_seed`` reproduces them. FlagGems writes
+    the offset it advanced back with ``set_state``; the next read draws a new seed instead."""
+
+    def __init__(self, generator: object) -> None:
+        self.generator = generator
+
+    def get_state(self) -> object:
+        import torch
+
+        cpu = torch.Generator()
+        cpu.set_state(self.generator.get_state())
+        seed = int(torch.randint(0, 2**62, (1,), generator=cpu))
+        self.generator.set_state(cpu.get_state())
+        return torch.tensor([seed, 0], dtype=torch.int64).view(torch.uint8)
+
+    def set_state(self, state: object) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.generator, name)
+
+
+def draws_philox_seeds(kernel: Callable[..., object]) -> Callable[..., object]:
+    """``kernel`` (of an op with a generator argument) given a flagos generator as
+    :class:`PhiloxDraws`: FlagGems reads a generator's state as Philox's seed and offset."""
+    import torch
+
+    @functools.wraps(kernel)
+    def call(*args, **kwargs):
+        for key in ("generator", "gen"):
+            gen = kwargs.get(key)
+            if isinstance(gen, torch.Generator) and gen.device.type == "flagos":
+                kwargs[key] = PhiloxDraws(gen)
+        return kernel(*args, **kwargs)
+
+    return call
 
 
 def prepare(vendor: str, triton_backend: str, capability: tuple[int, int] | None = None) -> None:
