@@ -502,6 +502,27 @@ def test_triton_without_a_device_of_its_own_takes_the_hal_driver(run_python):
     assert r.returncode == 0 and "ok" in r.stdout, (r.returncode, r.stderr[-3000:])
 
 
+def test_triton_first_imported_by_the_hal_driver_module_takes_it(run_python):
+    # flagos.triton_driver imports Triton itself: the HAL driver still becomes Triton's,
+    # without a warning about a half-imported module.
+    pytest.importorskip("triton")
+    from triton.backends import backends
+
+    if any(b.driver.is_active() for b in backends.values()):
+        pytest.skip("a Triton backend has a device of its own here (a GPU): Triton keeps it")
+    code = """
+import warnings
+warnings.simplefilter("error")
+import torch, flagos
+from flagos import triton_driver
+import triton
+assert isinstance(triton.runtime.driver.active, triton_driver.HalDriver)
+print("ok")
+"""
+    r = run_python(code, check=False)
+    assert r.returncode == 0 and "ok" in r.stdout, (r.returncode, r.stderr[-3000:])
+
+
 def test_a_block_on_another_device_is_no_temporary(axpy, two_devices):
     # A relaunch would make it on the results' device: the call is not kept.
     def kernel(x, y, alpha):
