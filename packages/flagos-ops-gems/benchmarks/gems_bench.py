@@ -312,8 +312,9 @@ def main(argv: list[str] | None = None) -> int:
         print("gems_bench: needs a flagos device on a CUDA HAL (FLAGOS_HAL=cuda), with its "
               "CUDA twin or without a twin (FLAGOS_NO_TWIN=1)")
         return 0
-    gems = flagos.routing.providers().get("gems")
-    why = gems.unavailable_on(flagos.get_device_properties(0).hal) if gems else "not installed"
+    from flagos_ops_gems import gems_unavailable
+
+    why = gems_unavailable()
     if why:
         print(f"gems_bench: the gems provider cannot run here: {why}")
         return 0

@@ -77,10 +77,10 @@ class KernelLibraryProvider(Provider):
                 aliases = self.library.keyword_aliases
                 kernels = {op: adapt_keywords(op, k, aliases) for op, k in table.items()}
                 if "flagos" in twins:  # on flagos tensors: launches through the HAL
-                    replayable = self.library.replayable_ops() & kernels.keys()
-                    for op in replayable:
-                        kernels[op] = launch_cache.watched(kernels[op])
-                    set_replayable(self.name, replayable)
+                    # every kernel watched, so that ops declared replayable later (the
+                    # admission check, replay_admission.py) are recorded as strictly
+                    kernels = {op: launch_cache.watched(k) for op, k in kernels.items()}
+                    set_replayable(self.name, self.library.replayable_ops() & kernels.keys())
                 self._loaded = (kernels, frozenset(twins))
         return self._loaded
 
