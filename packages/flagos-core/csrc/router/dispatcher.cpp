@@ -419,9 +419,7 @@ bool run_with_provider(const std::string& name, const c10::OperatorHandle& op,
 
 uint64_t ops_deregistered() { return g_ops_deregistered.load(std::memory_order_acquire); }
 
-OpState& routing_state(const c10::OperatorHandle& op) {
-  return op_state_slow(op, &op.operator_name());
-}
+OpState& routing_state(const c10::OperatorHandle& op) { return op_state(op); }
 
 std::optional<TwinRoute> twin_route(OpState& st, c10::DeviceIndex device) {
   const Route* route = current_route(st, device);

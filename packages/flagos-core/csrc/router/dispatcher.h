@@ -115,8 +115,9 @@ struct TwinRoute {
     return other && other->twin == twin && other->provider == provider;
   }
 };
-// `st`: the op's routing state (routing_state), which lives as long as the process, so a
-// caller with a fixed op looks it up once.
+// `st`: the op's routing state (routing_state, through a per-thread cache), which lives as
+// long as the process, so a caller with a fixed ATen op may look it up once (a custom op's
+// state is replaced when torch deregisters the op).
 struct OpState;
 OpState& routing_state(const c10::OperatorHandle& op);
 // How many operators torch has deregistered since flagos loaded (a torch.library.Library
