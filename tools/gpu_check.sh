@@ -4,7 +4,8 @@
 # (tools/fetch_gpu_wheels.sh fetches them; name .whl in the run's carry).
 # Usage: tools/gpu_check.sh STEP...   steps: build conformance demo bench model sweep suite tests
 #        report warm kernel-cache routes
-#        cuda-faults nox compile dist profile gems gems-tests gems-bench gems-model gems-sweep zoo zoo-gems native qwen-image
+#        cuda-faults nox compile dist profile gems gems-tests gems-bench gems-model gems-sweep
+#        gems-no-twin gems-sweep-no-twin zoo zoo-gems native qwen-image
 #        newest
 #        tune tune-tests quant quant-sweep mxfp4 faults graphs
 set -uo pipefail
@@ -230,6 +231,15 @@ print(flagos.routing.explain('aten::mm')); print(flagos.routing.stats())" 2>&1 |
              --only model 2>&1 | tee "$OUT/gems-model.log" | tail -20 ;;
     gems-sweep) step gems-sweep; FLAGOS_HAL=cuda timeout 590 python3 packages/flagos-ops-gems/benchmarks/opinfo_vs_flaggems.py \
              --jobs 14 --max-samples ${SWEEP_SAMPLES:-3} --layouts "${SWEEP_LAYOUTS:-}" --json "$OUT/gems-sweep.json" --raw-json "$OUT/gems-sweep-raw.json" --log-dir "$OUT" > "$OUT/gems-sweep.log" 2>&1; tail -60 "$OUT/gems-sweep.log" ;;
+    # The GPU as a chip without CUDA (FLAGOS_NO_TWIN=1): FlagGems on flagos tensors through
+    # the HAL, its test, host cost beside FlagGems on CUDA tensors, the model step, the sweep.
+    gems-no-twin) step gems-no-twin
+      FLAGOS_HAL=cuda FLAGOS_TEST_HW=cuda timeout 300 python3 -m pytest -q -p no:cacheprovider \
+             packages/flagos-ops-gems/tests/test_no_twin.py 2>&1 | tee "$OUT/gems-no-twin-tests.log" | tail -8
+      FLAGOS_HAL=cuda FLAGOS_NO_TWIN=1 timeout 560 python3 packages/flagos-ops-gems/benchmarks/gems_bench.py \
+             --only ${NO_TWIN_SECTIONS:-host} --json "$OUT/gems-no-twin.json" 2>&1 | tee "$OUT/gems-no-twin.log" | tail -24 ;;
+    gems-sweep-no-twin) step gems-sweep-no-twin; FLAGOS_HAL=cuda timeout 590 python3 packages/flagos-ops-gems/benchmarks/opinfo_vs_flaggems.py \
+             --no-twin --jobs 14 --max-samples ${SWEEP_SAMPLES:-3} --layouts "${SWEEP_LAYOUTS:-}" --json "$OUT/gems-sweep-no-twin.json" --raw-json "$OUT/gems-sweep-no-twin-raw.json" --log-dir "$OUT" > "$OUT/gems-sweep-no-twin.log" 2>&1; tail -60 "$OUT/gems-sweep-no-twin.log" ;;
     # Route tuning (after build, native, and with flag-gems carried): tuned routes vs
     # single-provider routes for the TinyLlama training step; then the tuning and shadow tests.
     tune) step tune; FLAGOS_HAL=cuda timeout 590 python3 packages/flagos-core/benchmarks/tuned_routes.py \

@@ -466,3 +466,22 @@ def test_a_tensor_passed_twice_is_one_tensor_to_the_kernel() -> None:
     z = torch.arange(4.0, device=DEV)
     torch.mul(z, z, out=z)
     assert z.cpu().tolist() == [0.0, 1.0, 4.0, 9.0]
+
+
+def test_an_operator_made_where_a_destroyed_one_was_has_routes_of_its_own():
+    # torch may give a new operator the address of one it freed; the routes, counters and
+    # kernels flagos keeps per operator are the new one's, not the destroyed one's.
+    for i in range(20):
+        old = torch.library.Library(f"flagos_test_reuse_old{i}", "DEF")
+        old.define("f(Tensor x) -> Tensor")
+        old.impl("f", lambda x: x + 1, "CPU")
+        getattr(torch.ops, f"flagos_test_reuse_old{i}").f(torch.zeros(2, device="flagos"))
+        old._destroy()
+        new = torch.library.Library(f"flagos_test_reuse_new{i}", "DEF")
+        new.define("f(Tensor x) -> Tensor")
+        new.impl("f", lambda x: x + 2, "CPU")
+        flagos.routing.reset_stats()
+        out = getattr(torch.ops, f"flagos_test_reuse_new{i}").f(torch.zeros(2, device="flagos"))
+        assert out.cpu().tolist() == [2.0, 2.0]
+        assert list(flagos.routing.stats()) == [f"flagos_test_reuse_new{i}::f"]
+        new._destroy()

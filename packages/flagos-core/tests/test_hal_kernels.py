@@ -354,6 +354,12 @@ def test_without_a_twin():
     assert " passed" in r.stdout and " failed" not in r.stdout, r.stdout[-2000:]
 
 
+def _assert_kept_once_relaunched_twice(before: dict) -> None:
+    after = launch_cache.stats()
+    assert after["relaunched"] - before["relaunched"] == 2
+    assert after["kept"] - before["kept"] == 1
+
+
 class _AxpyProvider(flagos.routing.Provider):
     """A Python provider of a test op on flagos tensors (alpha * x + y, one axpy launch
     through the HAL), declared replayable; float32 only, other calls declined."""
@@ -398,9 +404,59 @@ def test_a_replayable_python_providers_calls_are_relaunched_from_cpp(axpy):
             assert provider.calls == 3
             stats = flagos.routing.stats()["flagos_test_replayed::axpy"][provider.name]
         assert stats["calls"] == 3 and stats["declined"] == 2
-        after = launch_cache.stats()
-        assert after["relaunched"] - before["relaunched"] == 2
-        assert after["kept"] - before["kept"] == 1
+        _assert_kept_once_relaunched_twice(before)
+    finally:
+        flagos.routing.reset()
+        lib._destroy()
+
+
+class _AxpyLibrary(flagos.routing.Provider):
+    """How a kernel library's provider describes itself (its kernels run in the foreign
+    engine): serves one test op."""
+
+    name = "hal_kernels_axpy_library"
+    is_cpp = True
+
+    def serves(self, op: str) -> bool:
+        return op == "flagos_test_library::axpy"
+
+
+def test_a_kernel_librarys_replayable_calls_are_relaunched_without_a_twin(axpy):
+    # Without a twin a kernel library's kernel gets the flagos tensors and launches through
+    # the HAL; where its provider declared the op replayable, the calls after the first with
+    # a key are relaunched from C++.
+    if torch.flagos.get_device_properties(0).twin_device != "none":
+        pytest.skip("a kernel library's kernels take flagos tensors without a twin")
+    from flagos import provider_api
+
+    lib = torch.library.Library("flagos_test_library", "DEF")
+    lib.define("axpy(Tensor x, Tensor y, float alpha) -> Tensor")
+    lib.impl("axpy", lambda x, y, alpha: alpha * x + y, "CPU")
+    calls = []
+
+    def kernel(x, y, alpha):
+        calls.append(x.device.type)
+        if x.dtype != torch.float32:
+            return NotImplemented
+        return _launch(axpy, x, y, alpha)
+
+    provider = _AxpyLibrary()
+    provider_api.register_foreign_provider(provider.name, {
+        "flagos_test_library::axpy": launch_cache.watched(kernel)}.get)
+    flagos.routing.register_provider(provider)
+    provider_api.set_replayable(provider.name, ["flagos_test_library::axpy"])
+    op = torch.ops.flagos_test_library.axpy
+    before = launch_cache.stats()
+    try:
+        with flagos.routing.override({"flagos_test_library::axpy": [provider.name]}):
+            for _ in range(3):
+                x, y = torch.randn(100), torch.randn(100)
+                torch.testing.assert_close(op(x.to("flagos"), y.to("flagos"), 2.0).cpu(),
+                                           2 * x + y)
+            assert calls == ["flagos"]  # the other two from C++
+            h = torch.randn(10, dtype=torch.float64)
+            torch.testing.assert_close(op(h.to("flagos"), h.to("flagos"), 1.0).cpu(), 2 * h)
+        _assert_kept_once_relaunched_twice(before)
     finally:
         flagos.routing.reset()
         lib._destroy()
@@ -443,6 +499,27 @@ def test_triton_without_a_device_of_its_own_takes_the_hal_driver(run_python):
     if any(b.driver.is_active() for b in backends.values()):
         pytest.skip("a Triton backend has a device of its own here (a GPU): Triton keeps it")
     r = run_python(TRITON_WITHOUT_A_BACKEND_DEVICE, check=False)
+    assert r.returncode == 0 and "ok" in r.stdout, (r.returncode, r.stderr[-3000:])
+
+
+def test_triton_first_imported_by_the_hal_driver_module_takes_it(run_python):
+    # flagos.triton_driver imports Triton itself: the HAL driver still becomes Triton's,
+    # without a warning about a half-imported module.
+    pytest.importorskip("triton")
+    from triton.backends import backends
+
+    if any(b.driver.is_active() for b in backends.values()):
+        pytest.skip("a Triton backend has a device of its own here (a GPU): Triton keeps it")
+    code = """
+import warnings
+warnings.simplefilter("error")
+import torch, flagos
+from flagos import triton_driver
+import triton
+assert isinstance(triton.runtime.driver.active, triton_driver.HalDriver)
+print("ok")
+"""
+    r = run_python(code, check=False)
     assert r.returncode == 0 and "ok" in r.stdout, (r.returncode, r.stderr[-3000:])
 
 

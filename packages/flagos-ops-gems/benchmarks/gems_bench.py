@@ -14,7 +14,11 @@ what the host spends per call), each timed four ways in alternating rounds:
   CUDA aliases);
 - ``boxing``: the op on flagos tensors routed to ``boxing`` (ATen's CUDA kernel).
 
-``gems - FlagGems`` is what flagos adds per call. The providers that served each op are
+``gems - FlagGems`` is what flagos adds per call. Without a twin (``FLAGOS_NO_TWIN=1`` on
+the cuda HAL, standing in for a chip without CUDA) ``gems`` runs FlagGems on the flagos
+tensors themselves, launched through the HAL; FlagGems on CUDA tensors is then timed in a
+clean process (FlagGems serves one device type per process), boxing is absent, and the
+table is ``gems-host-no-twin``. The providers that served each op are
 printed from ``flagos.routing.stats()`` (an op that FlagGems does not serve as such, e.g.
 one that decomposes above flagos, shows which ops gems served instead).
 
@@ -32,6 +36,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import json
+import os
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -118,6 +125,79 @@ def bench_host(min_time: float, rounds: int, only: list[str] | None = None) -> T
     return table
 
 
+def _cuda_device() -> torch.device:
+    """The CUDA device under flagos:0: its twin, or without a twin its native device."""
+    props = flagos.get_device_properties(0)
+    return flagos.twin_device(0) or torch.device("cuda", max(props.native_device_index, 0))
+
+
+def _no_twin() -> bool:
+    """flagos devices without a twin on a machine whose CUDA runs FlagGems natively."""
+    return flagos.get_device_properties(0).twin_device == "none" and torch.cuda.is_available()
+
+
+def flaggems_cuda_host(min_time: float, rounds: int, only: list[str] | None) -> dict[str, float]:
+    """Best host us per call of each op on CUDA tensors with FlagGems (``use_gems``), in this
+    process: the clean one ``bench_host_no_twin`` starts."""
+    import flag_gems
+
+    cuda = torch.device("cuda", 0)
+    best: dict[str, float] = {}
+    for name, (fn, args) in _ops(cuda).items():
+        if only and name not in only:
+            continue
+        with flag_gems.use_gems():
+            best[name] = min(timeit(fn, cuda, min_time, args=args) for _ in range(rounds)) * 1e6
+    return best
+
+
+def bench_host_no_twin(min_time: float, rounds: int, only: list[str] | None = None) -> Table:
+    """The host table without a twin: native ATen on CUDA and gems on flagos tensors here,
+    FlagGems on CUDA tensors in a clean process."""
+    cuda = _cuda_device()
+    fl = torch.device("flagos", 0)
+    native_ops, flagos_ops = _ops(cuda), _ops(fl)
+    unknown = sorted(set(only or ()) - set(native_ops))
+    if unknown:
+        raise SystemExit(f"gems_bench: no host op {', '.join(unknown)}; the ops are "
+                         f"{', '.join(native_ops)}")
+    env = {k: v for k, v in os.environ.items() if k != "FLAGOS_NO_TWIN"}
+    env["CUDA_VISIBLE_DEVICES"] = str(cuda.index)
+    cmd = [sys.executable, os.path.abspath(__file__), "--flaggems-cuda-host",
+           "--rounds", str(rounds), "--min-time", str(min_time), "--ops", ",".join(only or ())]
+    child = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900, check=False)
+    if child.returncode != 0:
+        raise SystemExit(f"gems_bench: FlagGems on CUDA tensors failed:\n{child.stderr[-3000:]}")
+    flaggems = json.loads(child.stdout.strip().splitlines()[-1])
+    import flag_gems
+
+    table = Table("gems-host-no-twin", (
+        f"gems without a twin: host us per call, FlagGems {flag_gems.__version__} (min of "
+        f"{rounds} rounds): native ATen, FlagGems on CUDA tensors (clean process), FlagGems "
+        "on flagos tensors through the HAL (FLAGOS_NO_TWIN=1, gems route)"),
+        ["op", "native us", "FlagGems us", "gems us", "gems - FlagGems us",
+         "served through flagos (gems route)"],
+        plot=Plot("bar", "op", ["gems - FlagGems us"],
+                  ylabel="us flagos adds over FlagGems per call"))
+    chain = {"default": ["gems", "cpu"]}
+    for name, (fn, args_n) in native_ops.items():
+        if only and name not in only:
+            continue
+        args_f = flagos_ops[name][1]
+        t = {"native": [], "gems": []}
+        for _ in range(rounds):
+            t["native"].append(timeit(fn, cuda, min_time, args=args_n))
+            with flagos.routing.override(chain):
+                t["gems"].append(timeit(fn, fl, min_time, args=args_f))
+        best = {k: min(v) * 1e6 for k, v in t.items()}
+        with flagos.routing.override(chain):
+            served = _served(name, fn, args_f)
+        table.add(name, best["native"], flaggems[name], best["gems"],
+                  best["gems"] - flaggems[name], served)
+        print(f"  {name}: {table.rows[-1][1:5]}", flush=True)
+    return table
+
+
 def profile_host(names: list[str], calls: int = 2000, top: int = 18) -> None:
     """Prints cProfile's top functions (by own time) of ``calls`` calls of each op: through
     the gems route on flagos tensors, and with FlagGems on CUDA tensors."""
@@ -151,7 +231,8 @@ def bench_model(quick: bool) -> Table:
     from flagos.models import LlamaConfig, TinyLlama
     from flagos.models.clean_process import CleanProcessTimer, time_steps
 
-    cuda = flagos.twin_device(0)
+    no_twin = _no_twin()
+    cuda = _cuda_device()
     fl = torch.device("flagos", 0)
     cfg = LlamaConfig(dim=1024 if quick else 2048, n_layers=4 if quick else 8,
                       n_heads=16, hidden_dim=2816 if quick else 5632,
@@ -163,9 +244,12 @@ def bench_model(quick: bool) -> Table:
     torch.manual_seed(1)
     model = TinyLlama(cfg).to(device=fl, dtype=dtype)
     fl_tokens = tokens.to(fl)
-    table = Table("gems-model", (f"gems: TinyLlama {cfg.n_layers}x{cfg.dim} bf16 forward+backward, "
-                                 f"batch {batch}x{seq}; flagos with the gems routing file vs "
-                                 "native CUDA with flag_gems.enable() (clean process)"),
+    where = ("flagos without a twin (FLAGOS_NO_TWIN=1) with the gems routing file" if no_twin
+             else "flagos with the gems routing file")
+    table = Table("gems-model-no-twin" if no_twin else "gems-model",
+                  (f"gems: TinyLlama {cfg.n_layers}x{cfg.dim} bf16 forward+backward, batch "
+                   f"{batch}x{seq}; {where} vs native CUDA with flag_gems.enable() (clean "
+                   "process)"),
                   ["model", "flagos-gems tok/s", "cuda+FlagGems tok/s", "throughput ratio"],
                   plot=Plot("bar", "model", ["throughput ratio"],
                             ylabel="flagos / native throughput", reference=1.0))
@@ -214,12 +298,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", default="", help="also write the tables here (JSON)")
     p.add_argument("--profile", default="", help="host ops to profile instead (see above)")
     p.add_argument("--ops", default="", help="time only these host ops (comma-separated)")
+    p.add_argument("--min-time", type=float, default=0.0, help=argparse.SUPPRESS)
+    p.add_argument("--flaggems-cuda-host", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if flagos.device_count() == 0 or flagos.get_device_properties(0).twin_device != "cuda":
-        print("gems_bench: needs a flagos device on a CUDA HAL (FLAGOS_HAL=cuda)")
+    only = [o for o in args.ops.split(",") if o] or None
+    min_time = args.min_time or (0.05 if args.quick else 0.2)
+    if args.flaggems_cuda_host:  # the clean process of bench_host_no_twin
+        print(json.dumps(flaggems_cuda_host(min_time, args.rounds, only)))
         return 0
-    gems = flagos.routing.providers().get("gems")
-    why = gems.unavailable_on(flagos.get_device_properties(0).hal) if gems else "not installed"
+    no_twin = flagos.device_count() > 0 and _no_twin()
+    if flagos.device_count() == 0 or (flagos.get_device_properties(0).twin_device != "cuda"
+                                      and not no_twin):
+        print("gems_bench: needs a flagos device on a CUDA HAL (FLAGOS_HAL=cuda), with its "
+              "CUDA twin or without a twin (FLAGOS_NO_TWIN=1)")
+        return 0
+    from flagos_ops_gems import gems_unavailable
+
+    why = gems_unavailable()
     if why:
         print(f"gems_bench: the gems provider cannot run here: {why}")
         return 0
@@ -228,8 +323,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile:
         profile_host(args.profile.split(","))
         return 0
-    only = [o for o in args.ops.split(",") if o] or None
-    sections = {"host": lambda: bench_host(0.05 if args.quick else 0.2, args.rounds, only),
+    host = bench_host_no_twin if no_twin else bench_host
+    sections = {"host": lambda: host(min_time, args.rounds, only),
                 "model": lambda: bench_model(args.quick)}
     tables = run_sections(sections, args.only)
     if args.json:

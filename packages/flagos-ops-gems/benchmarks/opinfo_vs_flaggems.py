@@ -2,7 +2,7 @@
 
     python packages/flagos-ops-gems/benchmarks/opinfo_vs_flaggems.py [--all] [--jobs J]
         [--max-samples N] [--layouts noncontiguous,channels_last] [--json tables.json]
-        [--raw-json out.json] [--log-dir DIR]
+        [--raw-json out.json] [--log-dir DIR] [--no-twin]
 
 Runs integration_tests/opinfo_sweep.py twice on the same OpInfos: ``--route gems,boxing``
 (flagos tensors, every op FlagGems serves on FlagGems, the rest on boxing) and
@@ -12,7 +12,10 @@ on CUDA but fail through flagos (what flagos must fix), and the reverse. By defa
 the OpInfos whose name is one of FlagGems' ops (``aten::softmax`` -> ``softmax``) run;
 ``--all`` runs every OpInfo. ``--layouts`` also runs each sample with non-contiguous and
 channels-last tensors (opinfo_sweep.py): where kernels that assume contiguous inputs are
-wrong, and OpInfo's own samples are mostly contiguous.
+wrong, and OpInfo's own samples are mostly contiguous. ``--no-twin`` runs the flagos
+sweep with ``FLAGOS_NO_TWIN=1`` and ``--route gems``: FlagGems on the flagos tensors
+themselves, launched through the HAL, as on a chip without CUDA (boxing does not exist
+there; the CPU fallback serves the rest).
 """
 
 from __future__ import annotations
@@ -46,7 +49,8 @@ def _opinfo_names(wanted: set[str]) -> list[str]:
                    or op.name.replace(".", "_") in wanted})
 
 
-def _start_sweep(route: str, ops: list[str], args, jobs: int, out_json: str) -> subprocess.Popen:
+def _start_sweep(route: str, ops: list[str], args, jobs: int, out_json: str,
+                 env: dict[str, str] | None = None) -> subprocess.Popen:
     cmd = [sys.executable, SWEEP, "--route", route, "--max-samples", str(args.max_samples),
            "--jobs", str(jobs), "--timeout", str(args.timeout), "--json", out_json]
     if args.layouts:
@@ -56,7 +60,8 @@ def _start_sweep(route: str, ops: list[str], args, jobs: int, out_json: str) -> 
     if ops:
         cmd += ["--ops", ",".join(ops)]
     print(f"# {' '.join(cmd[:8])} ... ({len(ops) or 'all'} OpInfos)", flush=True)
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env)
 
 
 def _finish_sweep(proc: subprocess.Popen, out_json: str) -> dict:
@@ -78,16 +83,22 @@ def main(argv: list[str] | None = None) -> int:
                     "tables (flagos.bench_results)")
     ap.add_argument("--raw-json", default="", help="write both sweeps' per-OpInfo results")
     ap.add_argument("--log-dir", default="", help="append each sweep's progress lines here")
+    ap.add_argument("--no-twin", action="store_true", help="the flagos sweep without a twin "
+                    "(FLAGOS_NO_TWIN=1, --route gems)")
     args = ap.parse_args(argv)
+    route = "gems" if args.no_twin else "gems,boxing"
+    label = "flagos gems (no twin)" if args.no_twin else "flagos gems,boxing"
+    flagos_env = {**os.environ, "FLAGOS_NO_TWIN": "1"} if args.no_twin else None
     ops = [] if args.all else _opinfo_names(set(_flag_gems_op_names()))
     with tempfile.TemporaryDirectory() as tmp:
         # Both sweeps at once, the workers split between them: they share the GPU and
         # Triton's kernel cache, and the wall time is what limits a run on a GPU machine.
         half = max(1, args.jobs // 2)
-        runs = {route: (_start_sweep(route, ops, args, half, os.path.join(tmp, f"{i}.json")),
-                        os.path.join(tmp, f"{i}.json"))
-                for i, route in enumerate(("gems,boxing", "flaggems-cuda"))}
-        gems, ref = (_finish_sweep(*runs[route]) for route in ("gems,boxing", "flaggems-cuda"))
+        runs = {r: (_start_sweep(r, ops, args, half, os.path.join(tmp, f"{i}.json"),
+                                 flagos_env if r == route else None),
+                    os.path.join(tmp, f"{i}.json"))
+                for i, r in enumerate((route, "flaggems-cuda"))}
+        gems, ref = (_finish_sweep(*runs[r]) for r in (route, "flaggems-cuda"))
     status = {name: {r["op"]: r for r in run["results"]} for name, run in
               (("gems", gems), ("flaggems", ref))}
     both = sorted(set(status["gems"]) & set(status["flaggems"]))
@@ -99,9 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     only_gems = [op for op in both if st("gems", op) == "pass" and st("flaggems", op) == "fail"]
     print()
     print(f"{'':24}{'passed':>8}{'failed':>8}{'skipped':>9}")
-    for label, run in (("flagos gems,boxing", gems), ("FlagGems on CUDA", ref)):
+    for name, run in ((label, gems), ("FlagGems on CUDA", ref)):
         s = run["summary"]
-        print(f"{label:24}{s['passed']:>8}{s['failed']:>8}{s['skipped']:>9}")
+        print(f"{name:24}{s['passed']:>8}{s['failed']:>8}{s['skipped']:>9}")
     print(f"\npass with FlagGems on CUDA, fail through flagos ({len(only_ref)}):")
     for op in only_ref:
         print(f"  {op}: {status['gems'][op].get('error', '')[:200]}")
@@ -115,28 +126,32 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         from flagos.bench_results import write_json
 
-        write_json(args.json, tables(gems, ref, only_ref, only_gems, status))
+        write_json(args.json, tables(gems, ref, only_ref, only_gems, status, args.no_twin))
     return 0
 
 
-def tables(gems: dict, ref: dict, only_ref: list[str], only_gems: list[str], status: dict):
+def tables(gems: dict, ref: dict, only_ref: list[str], only_gems: list[str], status: dict,
+           no_twin: bool = False):
     """The counts of both sweeps and the OpInfos on which they differ, as result tables."""
     from flagos.bench_results import Table
 
-    counts = Table("gems-sweep", "gems: OpInfo sweep through gems routes (gems, then boxing) "
-                   "vs FlagGems on plain CUDA tensors (flag_gems.enable()), both against the "
-                   "CPU, OpInfos named like FlagGems' ops",
-                   ["run", "passed", "failed", "skipped"])
-    for label, run in (("flagos gems,boxing", gems), ("FlagGems on CUDA", ref)):
+    suffix, label = ("-no-twin", "flagos gems (no twin)") if no_twin else ("", "flagos gems,boxing")
+    how = ("on flagos tensors without a twin (FLAGOS_NO_TWIN=1: gems, then the CPU fallback)"
+           if no_twin else "through gems routes (gems, then boxing)")
+    counts = Table(f"gems-sweep{suffix}", f"gems: OpInfo sweep {how} vs FlagGems on plain CUDA "
+                   "tensors (flag_gems.enable()), both against the CPU, OpInfos named like "
+                   "FlagGems' ops", ["run", "passed", "failed", "skipped"])
+    for label_, run in ((label, gems), ("FlagGems on CUDA", ref)):
         s = run["summary"]
-        counts.add(label, s["passed"], s["failed"], s["skipped"])
+        counts.add(label_, s["passed"], s["failed"], s["skipped"])
     layouts = gems["summary"].get("layouts")
     if layouts:
         counts.notes.append(f"each sample also run with its tensors laid out {layouts}")
     counts.notes.append(f"pass with FlagGems on CUDA, fail through flagos: {len(only_ref)}; "
                         f"pass through flagos, fail with FlagGems on CUDA: {len(only_gems)}")
-    diff = Table("gems-sweep-differences", "gems: OpInfos whose result differs between the "
-                 "gems route and FlagGems on CUDA", ["OpInfo", "passes on", "error on the other"])
+    diff = Table(f"gems-sweep{suffix}-differences", "gems: OpInfos whose result differs between "
+                 f"the gems route{' without a twin' if no_twin else ''} and FlagGems on CUDA",
+                 ["OpInfo", "passes on", "error on the other"])
     for op in only_ref:
         diff.add(op, "FlagGems on CUDA", status["gems"][op].get("error", "")[:160])
     for op in only_gems:

@@ -4,6 +4,8 @@
 ops arriving as themselves, aliases, in-place results, declines, errors, generators,
 results in flagos memory) is exercised where FlagGems cannot run: on sim, under Triton's
 interpreter (``TRITON_INTERPRET=1``, CPU tensors); on a GPU machine, compiled on CUDA.
+Without a twin (``FLAGOS_NO_TWIN=1``) it is loaded for flagos devices: its kernels get the
+flagos tensors themselves.
 
 Each kernel is written as a torch.library Python kernel of its op would be: schema
 arguments in, results out, allocations with ``torch.empty`` on the input's device.
@@ -138,5 +140,9 @@ class TritonTestKernels(KernelLibrary):
             table = _kernels()
         except ImportError as e:
             raise LibraryUnavailable(f"not installed: Triton is missing ({e})") from e
+        if torch.flagos.get_device_properties(0).twin_device == "none":
+            # No twin: the kernels take flagos tensors themselves (the interpreter copies
+            # them to the host and back; compiled, they launch through the HAL).
+            return table, frozenset({"flagos"})
         twin = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
         return table, frozenset({twin})

@@ -40,7 +40,8 @@ struct Provider {
   // (capture/capture_state.h): the kernel engines' is, the CPU fallback's never, a Python
   // provider's only where it says so (set_provider_capture_safe).
   std::atomic<bool> capture_safe{false};
-  // PYTHON only: the ops whose calls the launch cache may relaunch (set_provider_replayable).
+  // PYTHON and FOREIGN: the ops whose calls the launch cache may relaunch
+  // (set_provider_replayable).
   std::atomic<const ProviderLaunches*> launches{nullptr};
   std::vector<std::unique_ptr<const ProviderLaunches>> launches_owned;  // under the mutex
 };
@@ -91,8 +92,37 @@ PyObjectRef g_resolver;
 
 std::shared_mutex g_ops_mutex;
 std::unordered_map<const c10::OperatorName*, std::unique_ptr<OpState>> g_ops;
+// States of operators torch deregistered (a torch.library.Library destroyed): a call that
+// began before may still hold one.
+std::vector<std::unique_ptr<OpState>> g_ops_retired;
+std::atomic<uint64_t> g_ops_deregistered{0};
+
+// A state is keyed by its operator's name's address, which a later operator may be given
+// once torch frees the first: a deregistered operator's state leaves the map, and caches
+// keyed by the address drop theirs (ops_deregistered).
+class DeregisteredOps final : public c10::OpRegistrationListener {
+ public:
+  void onOperatorRegistered(const c10::OperatorHandle&) override {}
+  void onOperatorDeregistered(const c10::OperatorHandle& op) override {
+    std::unique_lock<std::shared_mutex> lock(g_ops_mutex);
+    auto it = g_ops.find(&op.operator_name());
+    if (it != g_ops.end()) {
+      g_ops_retired.push_back(std::move(it->second));
+      g_ops.erase(it);
+    }
+    g_ops_deregistered.fetch_add(1, std::memory_order_acq_rel);
+  }
+};
+
+void listen_for_deregistrations() {
+  static auto* handle = new c10::RegistrationHandleRAII(
+      c10::Dispatcher::singleton().addRegistrationListener(std::make_unique<DeregisteredOps>()));
+  (void)handle;
+}
 
 OpState& op_state_slow(const c10::OperatorHandle& op, const c10::OperatorName* key) {
+  static std::once_flag listening;
+  std::call_once(listening, listen_for_deregistrations);
   {
     std::shared_lock<std::shared_mutex> lock(g_ops_mutex);
     auto it = g_ops.find(key);
@@ -114,11 +144,18 @@ OpState& op_state_slow(const c10::OperatorHandle& op, const c10::OperatorName* k
 // OpStates live for the process, so a small per-thread cache in front of the shared map
 // spares the hot path its lock.
 OpState& op_state(const c10::OperatorHandle& op) {
+  struct Entry {
+    const c10::OperatorName* key;
+    OpState* state;
+    uint64_t deregistered;
+  };
   const c10::OperatorName* key = &op.operator_name();
-  thread_local std::array<std::pair<const c10::OperatorName*, OpState*>, 128> cache{};
+  thread_local std::array<Entry, 128> cache{};
   auto& entry = cache[(reinterpret_cast<uintptr_t>(key) >> 4) % cache.size()];
-  if (entry.first != key) entry = {key, &op_state_slow(op, key)};
-  return *entry.second;
+  uint64_t deregistered = ops_deregistered();
+  if (entry.key != key || entry.deregistered != deregistered)
+    entry = {key, &op_state_slow(op, key), deregistered};
+  return *entry.state;
 }
 
 std::shared_ptr<Provider> find_provider(const std::string& name) {
@@ -217,6 +254,13 @@ void check_generator_device(const c10::OperatorHandle& op, const torch::jit::Sta
   check_type(found, wanted.value_or(c10::DeviceType::CPU));
 }
 
+// Where `p` declared `op` replayable (set_provider_replayable), the table of its kept
+// launches.
+LaunchTable* launch_table(const Provider& p, const c10::OperatorHandle& op) {
+  const ProviderLaunches* launches = p.launches.load(std::memory_order_acquire);
+  return launches ? launches->table(op) : nullptr;
+}
+
 bool run_provider(const Provider& p, const c10::OperatorHandle& op, torch::jit::Stack* stack,
                   c10::DeviceIndex device) {
   switch (p.kind) {
@@ -227,14 +271,13 @@ bool run_provider(const Provider& p, const c10::OperatorHandle& op, torch::jit::
       run_twin(op, stack, device);
       return true;
     case EngineKind::PYTHON: {
-      const ProviderLaunches* launches = p.launches.load(std::memory_order_acquire);
-      LaunchTable* table = launches ? launches->table(op) : nullptr;
+      LaunchTable* table = launch_table(p, op);
       if (!table) return call_python_provider(p.callable, op, stack);
       return run_launch_cached(*table, op, stack,
                                [&] { return call_python_provider(p.callable, op, stack); });
     }
     case EngineKind::FOREIGN:
-      return run_foreign(p.callable, op, stack, device);
+      return run_foreign(p.callable, op, stack, device, launch_table(p, op));
     case EngineKind::EXTERNAL:
       return p.external.run(p.external.ctx, op, stack, device);
   }
@@ -387,9 +430,9 @@ bool run_with_provider(const std::string& name, const c10::OperatorHandle& op,
   return run_counted(*p, c, op, stack, device);
 }
 
-OpState& routing_state(const c10::OperatorHandle& op) {
-  return op_state_slow(op, &op.operator_name());
-}
+uint64_t ops_deregistered() { return g_ops_deregistered.load(std::memory_order_acquire); }
+
+OpState& routing_state(const c10::OperatorHandle& op) { return op_state(op); }
 
 std::optional<TwinRoute> twin_route(OpState& st, c10::DeviceIndex device) {
   const Route* route = current_route(st, device);
@@ -510,8 +553,9 @@ void set_provider_capture_safe(const std::string& name, bool safe) {
 void set_provider_replayable(const std::string& name, const std::vector<std::string>& ops) {
   auto p = find_provider(name);
   TORCH_CHECK(p, "flagos: no provider named '", name, "' is registered with the core");
-  TORCH_CHECK(p->kind == EngineKind::PYTHON && !p->wrapper, "flagos: provider '", name,
-              "' is not a Python provider; only a Python provider's calls are relaunched");
+  TORCH_CHECK((p->kind == EngineKind::PYTHON || p->kind == EngineKind::FOREIGN) && !p->wrapper,
+              "flagos: provider '", name, "' is neither a Python provider nor a kernel "
+              "library's; only their calls are relaunched");
   auto launches = std::make_unique<const ProviderLaunches>(ops);
   std::unique_lock<std::shared_mutex> lock(g_providers_mutex);
   p->launches.store(ops.empty() ? nullptr : launches.get(), std::memory_order_release);

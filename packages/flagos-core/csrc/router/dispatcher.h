@@ -115,10 +115,15 @@ struct TwinRoute {
     return other && other->twin == twin && other->provider == provider;
   }
 };
-// `st`: the op's routing state (routing_state), which lives as long as the process, so a
-// caller with a fixed op looks it up once.
+// `st`: the op's routing state (routing_state, through a per-thread cache), which lives as
+// long as the process, so a caller with a fixed ATen op may look it up once (a custom op's
+// state is replaced when torch deregisters the op).
 struct OpState;
 OpState& routing_state(const c10::OperatorHandle& op);
+// How many operators torch has deregistered since flagos loaded (a torch.library.Library
+// destroyed). A cache keyed by an operator name's address drops its entries when this
+// changes: a new operator may be given a freed one's address.
+uint64_t ops_deregistered();
 std::optional<TwinRoute> twin_route(OpState& st, c10::DeviceIndex device);
 // The twin device type when the route of an op on `device` starts with the twin engine,
 // while capturing too (twin_route answers nullopt then, sending hot ops down run_routed):

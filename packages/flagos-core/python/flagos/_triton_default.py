@@ -13,6 +13,7 @@ keeps its own driver; the HAL driver is then made active by hand
 from __future__ import annotations
 
 import logging
+import sys
 from types import ModuleType
 
 log = logging.getLogger("flagos")
@@ -35,6 +36,12 @@ def adopt(triton: ModuleType) -> None:
     if getattr(config, "_active", None) is not None or torch.flagos.device_count() == 0:
         return
     if any(_device_of_its_own(b.driver) for b in backends.values()):
+        return
+    importing = sys.modules.get("flagos.triton_driver")
+    if importing is not None and not hasattr(importing, "activate"):
+        # flagos.triton_driver itself is importing Triton: it activates the HAL driver once
+        # its body has run (activate() does not exist yet)
+        importing.__dict__["_activate_when_loaded"] = True
         return
     from flagos import triton_driver
 

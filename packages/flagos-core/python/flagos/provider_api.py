@@ -56,10 +56,10 @@ __all__ = [
     "device_results_allowed", "empty_strided", "extension_path", "graph_formats", "hal_info", "kernel_formats", "kernel_target",
     "register_engine_provider", "register_external_provider", "register_foreign_provider",
     "results_in_flagos_memory", "route_ops_as_themselves", "routed_kernel_ops",
-    "sync_for_host_access", "syntax_error", "twin_device", "twin_of_hal", "type_name",
+    "set_replayable", "sync_for_host_access", "syntax_error", "twin_device", "twin_of_hal", "type_name",
 ]
 
-API_VERSION: tuple[int, int] = (1, 1)
+API_VERSION: tuple[int, int] = (1, 2)
 """(major, minor) of this module's interface."""
 
 
@@ -84,6 +84,17 @@ def register_foreign_provider(name: str, resolve_kernel: Callable[[str], object]
     defaulted arguments left out) and returns the op's results on the twin, or
     ``NotImplemented`` to decline the call."""
     _C._register_provider(name, "foreign", resolve_kernel)
+
+
+def set_replayable(name: str, ops: Iterable[str]) -> None:
+    """Declare the ops (``"aten::add.Tensor"``) whose calls provider ``name`` lets flagos
+    relaunch from C++ (:mod:`flagos.launch_cache`), replacing what it declared before: a
+    Python provider (as its ``replayable_ops`` do at registration) or a kernel library's
+    (:func:`register_foreign_provider`) on devices without a twin, where its kernels get
+    flagos tensors and launch through the HAL. Each op's kernel must be a function of the
+    arguments' metadata whose device work is its launches (wrap it in
+    :func:`flagos.launch_cache.watched`, which spoils a recording that computes with ATen)."""
+    _C._set_provider_replayable(name, sorted(ops))
 
 
 def register_external_provider(name: str, engine: object) -> None:

@@ -244,3 +244,9 @@ def active() -> Iterator[HalDriver]:
         yield driver
     finally:
         config._active = previous
+
+
+# This module imported Triton before flagos' import hook could make the HAL driver Triton's
+# (flagos._triton_default): it does so now that activate() exists.
+if globals().pop("_activate_when_loaded", False):
+    activate()

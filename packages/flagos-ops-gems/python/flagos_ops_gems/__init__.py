@@ -26,7 +26,7 @@ from ._provider import KernelLibraryProvider
 
 __all__ = [
     "ROUTES_FILE", "SUPPORTED", "FlagGems", "KernelLibrary", "KernelLibraryProvider",
-    "LibraryUnavailable", "OpTable", "provider", "register_library",
+    "LibraryUnavailable", "OpTable", "gems_unavailable", "provider", "register_library",
 ]
 
 ROUTES_FILE = str(Path(__file__).parent / "routes" / "gems.toml")
@@ -43,6 +43,17 @@ def register_library(name: str, library: KernelLibrary) -> KernelLibraryProvider
     p = KernelLibraryProvider(name, library)
     register_foreign_provider(name, p.resolve_kernel)
     return p
+
+
+def gems_unavailable(device: int = 0) -> str | None:
+    """Why the ``gems`` provider cannot run on flagos:``device`` here (not installed, its
+    library missing or not for this device), or None when it can."""
+    import flagos
+
+    gems = flagos.routing.providers().get("gems")
+    if gems is None:
+        return "not installed"
+    return gems.unavailable_on(flagos.get_device_properties(device).hal)
 
 
 def provider() -> KernelLibraryProvider:

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Callable
 from types import MappingProxyType
 
 from ._default_generator import draws_from_given_generator
+from ._flag_gems_device import draws_philox_seeds, prepare, vendor_and_backend
 from ._fused_adapters import fused_kernels
 from ._kernel_guards import guard_kernel
 from ._library import KernelLibrary, LibraryUnavailable, OpTable
+from ._schemas import op_schema
 
 __all__ = ["SUPPORTED", "FlagGems"]
 
@@ -45,8 +48,26 @@ class FlagGems(KernelLibrary):
 
     def __init__(self) -> None:
         self.import_seconds: float | None = None
+        self.functions: dict[str, Callable[..., object]] = {}
+        """After :meth:`load`: each op's FlagGems function (before flagos' wrappers)."""
+        self._no_twin = False
+
+    def replayable_ops(self) -> frozenset[str]:
+        """Without a twin, the ops admitted in ``replayable.toml`` whose FlagGems source is
+        the one admitted (:mod:`flagos_ops_gems.replay_admission`); none with a twin."""
+        if not self._no_twin:
+            return frozenset()
+        from .replay_admission import read_admitted, source_digest
+
+        return frozenset(op for op, digest in read_admitted().items()
+                         if op in self.functions and source_digest(self.functions[op]) == digest)
 
     def load(self) -> tuple[OpTable, frozenset[str]]:
+        # Without a twin (opaque memory) FlagGems runs on flagos devices themselves, with the
+        # configs of the vendor whose Triton backend compiles for the HAL.
+        no_twin = _devices_without_twin()
+        if no_twin:
+            prepare(*vendor_and_backend(0))
         start = time.perf_counter()
         try:
             import flag_gems
@@ -64,16 +85,39 @@ class FlagGems(KernelLibrary):
             raise LibraryUnavailable(
                 f"not installed: FlagGems {version} found, flagos-ops-gems needs flag-gems"
                 f"{','.join(SUPPORTED)}")
+        self._no_twin = no_twin
         try:
-            table, device = _op_table(flag_gems)
+            table, device = _op_table(flag_gems, no_twin, self.functions)
         except Exception as e:
             raise LibraryUnavailable(
                 f"not installed: FlagGems {version}'s op table could not be read: "
                 f"{type(e).__name__}: {e}") from e
+        if no_twin:
+            if device != "flagos":
+                raise LibraryUnavailable(
+                    f"not available without a twin: FlagGems runs on {device!r} tensors")
+            from flagos import triton_driver
+
+            triton_driver.activate()  # FlagGems' kernels launch through the HAL
         return table, frozenset({device})
 
 
-def _op_table(flag_gems) -> tuple[dict[str, object], str]:
+def _devices_without_twin() -> bool:
+    """Whether flagos devices are here and none has a twin device (opaque memory)."""
+    import torch
+
+    count = torch.flagos.device_count()
+    return count > 0 and all(
+        torch.flagos.get_device_properties(i).twin_device in ("", "none") for i in range(count))
+
+
+def _has_generator(op: str) -> bool:
+    schema = op_schema(op)
+    return schema is not None and any("Generator" in str(a.type) for a in schema.arguments)
+
+
+def _op_table(flag_gems, no_twin: bool = False,
+              functions: dict[str, object] | None = None) -> tuple[dict[str, object], str]:
     from flag_gems.config import aten_patch_list, resolve_user_setting
     from flag_gems.runtime.register import Register
 
@@ -103,7 +147,11 @@ def _op_table(flag_gems) -> tuple[dict[str, object], str]:
     for key, fn in recorder.recorded:
         name, _, overload = key.partition(".")
         full = f"aten::{name}" if overload in ("", "default") else f"aten::{name}.{overload}"
+        if functions is not None:
+            functions[full] = fn
         table[full] = guard_kernel(fn)  # kernels with layout assumptions: _kernel_guards.py
+        if no_twin and full != "aten::multinomial" and _has_generator(full):
+            table[full] = draws_philox_seeds(table[full])  # a flagos generator, read as Philox
     if "aten::multinomial" in table:  # draws from the default generator (_default_generator.py)
         table["aten::multinomial"] = draws_from_given_generator(table["aten::multinomial"])
     for op, fn in fused_kernels(flag_gems).items():

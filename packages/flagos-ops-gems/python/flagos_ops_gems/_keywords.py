@@ -15,18 +15,14 @@ import functools
 import inspect
 from collections.abc import Callable, Mapping
 
-import torch
+from ._schemas import op_schema
 
 __all__ = ["adapt_keywords"]
 
 
 def _schema_kwarg_names(op: str) -> list[str]:
-    name, _, overload = op.partition(".")
-    try:
-        schema = torch._C._get_schema(name, overload)
-    except RuntimeError:  # not an operator this torch knows
-        return []
-    return [a.name for a in schema.arguments if a.kwarg_only]
+    schema = op_schema(op)
+    return [a.name for a in schema.arguments if a.kwarg_only] if schema else []
 
 
 def _renames(op: str, kernel: Callable[..., object], aliases: Mapping[str, str]) -> dict:

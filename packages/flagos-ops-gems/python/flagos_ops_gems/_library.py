@@ -33,8 +33,16 @@ class KernelLibrary:
     """Schema keyword -> the library's own name for it, for kernels that name a kwarg-only
     schema argument otherwise (applied only to kernels lacking the schema's name)."""
 
+    def replayable_ops(self) -> frozenset[str]:
+        """Of the ops loaded for flagos devices (no twin), those whose calls flagos may
+        relaunch from C++ (:func:`flagos.provider_api.set_replayable`): each kernel's device
+        work is its launches through the HAL, a function of its arguments' metadata. Asked
+        after :meth:`load`; the default is none."""
+        return frozenset()
+
     def load(self) -> tuple[OpTable, frozenset[str]]:
         """Import the library (called once, on first use) and return its op table and the
-        twin device types its kernels run on (``{"cuda"}``, ``{"cpu"}``). Raises
+        twin device types its kernels run on (``{"cuda"}``, ``{"cpu"}``; ``{"flagos"}``: loaded
+        for flagos devices without a twin, its kernels take flagos tensors). Raises
         :class:`LibraryUnavailable` with the reason when it cannot be used."""
         raise NotImplementedError

@@ -68,13 +68,19 @@ class KernelLibraryProvider(Provider):
                 except LibraryUnavailable as e:
                     self._failure = str(e)
                     return None
-                from flagos.provider_api import route_ops_as_themselves
+                from flagos import launch_cache
+                from flagos.provider_api import route_ops_as_themselves, set_replayable
 
                 # The library serves functional forms; they must reach the dispatcher as
                 # such rather than as their out= forms.
                 route_ops_as_themselves(op for op in table if _reaches_flagos(op))
                 aliases = self.library.keyword_aliases
                 kernels = {op: adapt_keywords(op, k, aliases) for op, k in table.items()}
+                if "flagos" in twins:  # on flagos tensors: launches through the HAL
+                    # every kernel watched, so that ops declared replayable later (the
+                    # admission check, replay_admission.py) are recorded as strictly
+                    kernels = {op: launch_cache.watched(k) for op, k in kernels.items()}
+                    set_replayable(self.name, self.library.replayable_ops() & kernels.keys())
                 self._loaded = (kernels, frozenset(twins))
         return self._loaded
 
@@ -101,6 +107,8 @@ class KernelLibraryProvider(Provider):
         if hal is None:
             return None
         twin = _twin_of_hal(hal)
+        if twin is None and "flagos" in twins:
+            return None  # loaded for flagos devices: its kernels take flagos tensors
         if twin not in twins:
             return (f"not available on HAL {hal!r}: {self.library.name} kernels run on "
                     f"{', '.join(sorted(twins))} tensors, the HAL's twin device is "

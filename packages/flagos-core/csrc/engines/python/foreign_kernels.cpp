@@ -1,13 +1,16 @@
 #include "engines/python/foreign_kernels.h"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <map>
 #include <memory>
 #include <shared_mutex>
 #include <utility>
+#include <vector>
 
 #include "aten/alias.h"
+#include "engines/launch/launch_cache.h"
 #include "engines/twin/twin_engine.h"
 #include "router/dispatcher.h"
 
@@ -41,10 +44,12 @@ struct ResolvedKernel {
   mutable std::atomic<bool> warned{false};  // of a call declined on the kernel's error
 };
 
-using Key = std::pair<const void*, const c10::OperatorName*>;
+// The resolver and the operator's full name (not its address, which a later operator may
+// be given once torch frees the first).
+using Key = std::pair<const void*, std::string>;
 
-const ResolvedKernel& resolve_slow(const PyObjectRef& resolver, const c10::OperatorHandle& op,
-                                   const Key& key) {
+const ResolvedKernel& resolve_slow(const PyObjectRef& resolver, const c10::OperatorHandle& op) {
+  Key key{resolver.get(), op_full_name(op)};
   static std::shared_mutex mutex;
   static auto* kernels = new std::map<Key, std::unique_ptr<ResolvedKernel>>();
   {
@@ -66,12 +71,21 @@ const ResolvedKernel& resolve_slow(const PyObjectRef& resolver, const c10::Opera
 
 // The kernel for `op` from `resolver`, per call: a per-thread cache in front of the map.
 const ResolvedKernel& kernel_for(const PyObjectRef& resolver, const c10::OperatorHandle& op) {
-  Key key{resolver.get(), &op.operator_name()};
-  thread_local std::array<std::pair<Key, const ResolvedKernel*>, 64> cache{};
-  auto h = (reinterpret_cast<uintptr_t>(key.first) ^ reinterpret_cast<uintptr_t>(key.second)) >> 4;
+  struct Entry {
+    const void* resolver;
+    const c10::OperatorName* op;
+    uint64_t deregistered;
+    const ResolvedKernel* kernel;
+  };
+  const c10::OperatorName* name = &op.operator_name();
+  thread_local std::array<Entry, 64> cache{};
+  auto h = (reinterpret_cast<uintptr_t>(resolver.get()) ^ reinterpret_cast<uintptr_t>(name)) >> 4;
   auto& entry = cache[h % cache.size()];
-  if (entry.second == nullptr || entry.first != key) entry = {key, &resolve_slow(resolver, op, key)};
-  return *entry.second;
+  uint64_t deregistered = ops_deregistered();
+  if (entry.kernel == nullptr || entry.resolver != resolver.get() || entry.op != name ||
+      entry.deregistered != deregistered)
+    entry = {resolver.get(), name, deregistered, &resolve_slow(resolver, op)};
+  return *entry.kernel;
 }
 
 // Whether a tensor argument lies in host memory while the twin is a device: a CPU scalar
@@ -94,32 +108,65 @@ bool has_host_tensor(const torch::jit::Stack& stack, size_t num_args) {
   return false;
 }
 
+// The library's kernel on the call's arguments; a kernel of a library whose wrappers raise on
+// inputs ATen computes declines the call instead (the stack keeps the arguments).
+bool call_kernel(const ResolvedKernel& resolved, const c10::OperatorHandle& op,
+                 torch::jit::Stack* stack) {
+  if (!resolved.declines_on_error) return call_python_kernel(resolved.kernel, op, stack);
+  try {
+    return call_python_kernel(resolved.kernel, op, stack);
+  } catch (const c10::OutOfMemoryError&) {
+    throw;
+  } catch (const std::exception& e) {
+    if (!resolved.warned.exchange(true))
+      TORCH_WARN("flagos: a kernel library raised on ", op_full_name(op), " (", e.what(),
+                 "); the call ran on the next provider of its route, as will later calls "
+                 "it raises on");
+    return false;
+  }
+}
+
+// The ops whose library kernels run on flagos tensors on this thread (run_direct), innermost
+// last.
+thread_local std::vector<const c10::OperatorName*> t_direct_ops;
+
+// A kernel of a library loaded for flagos devices, on the flagos tensors themselves: there
+// is no twin to alias them as, and its kernels launch through the HAL (Triton through
+// flagos' driver). A wrapper may call ATen on its inputs again (its own fallback); that
+// call of the same op goes past the library to the next provider of the route instead of
+// into the wrapper again.
+bool run_direct(const ResolvedKernel& resolved, const c10::OperatorHandle& op,
+                torch::jit::Stack* stack) {
+  const c10::OperatorName* name = &op.operator_name();
+  if (std::find(t_direct_ops.begin(), t_direct_ops.end(), name) != t_direct_ops.end())
+    return false;
+  t_direct_ops.push_back(name);
+  struct Leave {
+    ~Leave() { t_direct_ops.pop_back(); }
+  } leave;
+  return call_kernel(resolved, op, stack);
+}
+
 }  // namespace
 
 bool run_foreign(const PyObjectRef& resolver, const c10::OperatorHandle& op,
-                 torch::jit::Stack* stack, c10::DeviceIndex device) {
+                 torch::jit::Stack* stack, c10::DeviceIndex device, LaunchTable* replay) {
   const ResolvedKernel& resolved = kernel_for(resolver, op);
   if (!resolved.kernel) return false;
   auto twin = twin_device_type(device);
-  // No twin (opaque memory): the library's kernels could not address the tensors.
-  if (!twin) return false;
-  if (*twin != c10::DeviceType::CPU &&
+  // A device's kernels cannot read a CPU scalar tensor that ATen takes beside its tensors.
+  if ((!twin || *twin != c10::DeviceType::CPU) &&
       has_host_tensor(*stack, op.schema().arguments().size()))
     return false;
+  // No twin (opaque memory): a library serves such devices only when loaded for flagos
+  // devices (its provider says which HALs it runs on).
+  if (!twin) {
+    if (!replay) return run_direct(resolved, op, stack);
+    return run_launch_cached(*replay, op, stack, [&] { return run_direct(resolved, op, stack); });
+  }
   TwinCall call(device, *twin);
   return call.run_with(op, stack, [&](const c10::OperatorHandle& o, torch::jit::Stack* s) {
-    if (!resolved.declines_on_error) return call_python_kernel(resolved.kernel, o, s);
-    try {
-      return call_python_kernel(resolved.kernel, o, s);
-    } catch (const c10::OutOfMemoryError&) {
-      throw;
-    } catch (const std::exception& e) {
-      if (!resolved.warned.exchange(true))
-        TORCH_WARN("flagos: a kernel library raised on ", op_full_name(o), " (", e.what(),
-                   "); the call ran on the next provider of its route, as will later calls "
-                   "it raises on");
-      return false;  // the stack still holds the call's arguments: run_with restores them
-    }
+    return call_kernel(resolved, o, s);  // a decline leaves the arguments: run_with restores them
   });
 }
 

@@ -19,6 +19,13 @@
 // the error reaches the caller.
 // On a device twin, a call with a tensor argument in host memory (a CPU scalar tensor) is
 // declined before the kernel is asked: the library's device kernels cannot read it.
+//
+// Without a twin (opaque memory, FLAGOS_NO_TWIN=1) the kernel gets the flagos tensors
+// themselves: a library loaded for flagos devices (its device object torch.flagos, its
+// Triton kernels launched through the HAL) allocates on flagos and launches on the current
+// flagos stream. Its provider names the HALs it serves so; a call of the op the kernel is
+// running, made again from inside it on flagos tensors (a wrapper's fallback to ATen),
+// goes to the next provider of the route.
 #pragma once
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -28,9 +35,14 @@
 
 namespace flagos {
 
+struct LaunchTable;
+
 // Runs `op` on flagos:`device` with the kernel that `resolver` gives for it; false when the
-// kernel (or the resolver) declines the call, the stack then unchanged.
+// kernel (or the resolver) declines the call, the stack then unchanged. `replay`: where the
+// provider declared `op` replayable, its kept launches; a call on flagos tensors (no twin)
+// is then relaunched from C++ where one with its key was recorded (launch_cache.h). Calls
+// on twin aliases launch through the twin's own driver, which records nothing.
 bool run_foreign(const PyObjectRef& resolver, const c10::OperatorHandle& op,
-                 torch::jit::Stack* stack, c10::DeviceIndex device);
+                 torch::jit::Stack* stack, c10::DeviceIndex device, LaunchTable* replay);
 
 }  // namespace flagos

@@ -1,0 +1,263 @@
+"""Which of FlagGems' ops flagos relaunches from C++ without a twin: proven per op, kept as
+data.
+
+Without a twin a ``gems`` call runs FlagGems' Python wrapper on the flagos tensors and its
+Triton kernels launch through the HAL. Where the wrapper's launches are a function of the
+arguments' metadata (sizes, strides, dtypes, other arguments' values), the launch cache
+records a call's launches and repeats them from C++ for later calls with the same key,
+without Python (:func:`flagos.provider_api.set_replayable`). Which ops qualify is data,
+``replayable.toml`` next to this module, and each entry is proven, not assumed:
+:func:`check_op` runs the op's OpInfo samples, each also non-contiguous, twice through
+the provider with the op declared replayable. The second call, relaunched from C++, must
+equal the first exactly, the first must match the CPU, and at least one call must have
+been relaunched. An entry keeps a digest of the FlagGems source serving the op (its
+module and FlagGems' shared kernel machinery), so an op that a FlagGems release changes
+drops out until it is admitted again.
+
+    FLAGOS_NO_TWIN=1 FLAGOS_HAL=cuda python -m flagos_ops_gems.replay_admission \\
+        [--ops aten::add.Tensor,...] [--max-samples N] [--write [PATH]]
+
+runs the check on a device without a twin whose HAL names a Triton target, prints each
+op's verdict and with ``--write`` puts the admitted ops in ``replayable.toml``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import inspect
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+import tomllib
+
+__all__ = ["REPLAYABLE_FILE", "Verdict", "check_op", "read_admitted", "source_digest",
+           "write_admitted"]
+
+REPLAYABLE_FILE = Path(__file__).parent / "replayable.toml"
+"""The admitted ops: ``"aten::add.Tensor" = "<digest>"`` under ``[ops]``."""
+
+Sample = tuple[tuple, dict]
+
+
+def read_admitted(path: Path = REPLAYABLE_FILE) -> dict[str, str]:
+    """The admitted ops and their source digests (empty when the file is absent)."""
+    if not path.exists():
+        return {}
+    with path.open("rb") as f:
+        return dict(tomllib.load(f).get("ops", {}))
+
+
+def write_admitted(admitted: dict[str, str], library: str, path: Path = REPLAYABLE_FILE) -> None:
+    """Write ``admitted`` (op -> digest) to ``path``, naming the library release checked."""
+    lines = ["# FlagGems ops whose calls flagos relaunches from C++ on devices without a twin,",
+             "# each admitted by `python -m flagos_ops_gems.replay_admission --write`; the value",
+             "# is a digest of the FlagGems source serving the op (flagos_ops_gems.replay_admission).",
+             f"# Checked with {library}.", "", "[ops]"]
+    lines += [f'"{op}" = "{digest}"' for op, digest in sorted(admitted.items())]
+    path.write_text("\n".join(lines) + "\n")
+
+
+_SHARED: dict[str, str] = {}
+
+
+def source_digest(fn: Callable[..., object]) -> str:
+    """A digest of the source serving ``fn``: its module's and its package's shared kernel
+    machinery (``<package>/utils``), so that a release changing either changes it."""
+    module = inspect.getmodule(inspect.unwrap(fn))
+    if module is None:
+        return ""
+    try:
+        own = inspect.getsource(module)
+    except (OSError, TypeError):  # generated code, no source file
+        return ""
+    package = module.__name__.partition(".")[0]
+    if package not in _SHARED:
+        root = Path(sys.modules[package].__file__).parent / "utils"
+        h = hashlib.sha256()
+        for f in sorted(root.rglob("*.py")) if root.is_dir() else ():
+            h.update(f.read_bytes())
+        _SHARED[package] = h.hexdigest()
+    return hashlib.sha256((own + _SHARED[package]).encode()).hexdigest()[:24]
+
+
+@dataclasses.dataclass
+class Verdict:
+    """The check of one op: admitted or not, and why."""
+
+    op: str
+    admitted: bool
+    samples: int
+    relaunched: int
+    reason: str
+
+
+def _tensors(value: object) -> list:
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    return [t for t in tree_leaves(value) if isinstance(t, torch.Tensor)]
+
+
+def _on(device: str, sample: Sample) -> Sample:
+    import torch
+    from torch.utils._pytree import tree_map
+
+    def move(t: object) -> object:
+        return t.to(device) if isinstance(t, torch.Tensor) else t
+
+    return tree_map(move, sample[0]), tree_map(move, sample[1])
+
+
+def check_op(op: str, samples: Iterable[Sample], provider: str,
+             tolerance: Callable[[object], dict] | None = None,
+             declared: Iterable[str] = ()) -> Verdict:
+    """Run each sample (CPU tensors) of ``op`` (``"aten::add.Tensor"`` or a custom
+    ``"ns::name"``) twice on flagos through ``provider`` with the op replayable, against
+    the CPU. The second call of a sample is the launch cache's relaunch where the first was
+    kept; it must equal the first exactly. ``declared``: the provider's replayable ops
+    before and after the check. A sample whose arguments the op does not take on the CPU
+    is left out (OpInfo samples are the Python function's)."""
+    import torch
+    from flagos import launch_cache
+    from flagos.provider_api import set_replayable
+
+    ns, _, rest = op.partition("::")
+    name, _, overload = rest.partition(".")
+    overload_fn = getattr(getattr(getattr(torch.ops, ns), name), overload or "default")
+    tolerance = tolerance or (lambda t: {})
+    before = launch_cache.stats()
+    count = 0
+    import flagos.routing
+
+    declared = sorted(declared)
+    set_replayable(provider, [*declared, op])
+    try:
+        with flagos.routing.override({op: [provider, "cpu"]}):
+            for sample in samples:
+                try:
+                    expected = overload_fn(*sample[0], **sample[1])
+                except (RuntimeError, TypeError, ValueError):
+                    continue
+                args, kwargs = _on("flagos", sample)
+                try:
+                    first, second = (overload_fn(*args, **kwargs) for _ in range(2))
+                except Exception as err:  # noqa: BLE001 - the verdict names it
+                    return Verdict(op, False, count, 0, f"raises on flagos: {err!r}"[:200])
+                for e, a, b in zip(_tensors(expected), _tensors(first), _tensors(second),
+                                   strict=True):
+                    if not (a.shape == b.shape and a.stride() == b.stride() and
+                            torch.equal(a.cpu().nan_to_num(), b.cpu().nan_to_num())):
+                        return Verdict(op, False, count, 0, "a relaunched call differs from "
+                                       "its recorded one")
+                    try:
+                        torch.testing.assert_close(a.cpu(), e, equal_nan=True, **tolerance(e))
+                    except AssertionError as err:
+                        return Verdict(op, False, count, 0,
+                                       f"differs from the CPU: {str(err).splitlines()[0]}")
+                count += 1
+    finally:
+        set_replayable(provider, declared)
+    relaunched = launch_cache.stats()["relaunched"] - before["relaunched"]
+    if not count:
+        return Verdict(op, False, 0, 0, "no sample")
+    if not relaunched:
+        return Verdict(op, False, count, 0, "never relaunched: its calls were not kept (they "
+                       "compute with ATen, or launch otherwise than through the HAL)")
+    return Verdict(op, True, count, relaunched, "")
+
+
+def opinfo_samples(op: str, max_samples: int, dtypes: Iterable[object]) -> Iterator[Sample]:
+    """CPU samples of the OpInfo entries named like ``op``'s base name, each also with its
+    tensors of two or more dimensions made non-contiguous (same values)."""
+    import torch
+    from torch.testing._internal.common_methods_invocations import op_db
+    from torch.utils._pytree import tree_map
+
+    base = op.partition("::")[2].partition(".")[0].strip("_")
+    infos = [i for i in op_db if i.name == base or (i.aten_name or "") == base]
+
+    def strided(t: object) -> object:
+        if isinstance(t, torch.Tensor) and t.dim() >= 2:
+            return t.mT.contiguous().mT
+        return t
+
+    for info in infos:
+        for dtype in dtypes:
+            if dtype not in info.supported_dtypes("cpu"):
+                continue
+            for i, s in enumerate(info.sample_inputs("cpu", dtype)):
+                if i >= max_samples:
+                    break
+                sample = ((s.input, *s.args), dict(s.kwargs))
+                yield sample
+                yield tree_map(strided, sample[0]), tree_map(strided, sample[1])
+
+
+def _tolerance(t: object) -> dict:
+    import torch
+
+    if t.dtype in (torch.float16, torch.bfloat16):
+        return {"rtol": 1e-2, "atol": 1e-2}
+    return {"rtol": 1e-4, "atol": 1e-5}
+
+
+def main(argv: list[str] | None = None) -> int:
+    import flagos
+    import torch
+
+    from flagos_ops_gems import gems_unavailable
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--ops", default="", help="ATen overloads to check (default: every op "
+                    "gems serves that writes none of its arguments)")
+    ap.add_argument("--max-samples", type=int, default=4)
+    ap.add_argument("--write", nargs="?", const=str(REPLAYABLE_FILE), default="",
+                    metavar="PATH", help="write the admitted ops there (default: the "
+                    f"installed package's {REPLAYABLE_FILE.name}; in a checkout, "
+                    "packages/flagos-ops-gems/python/flagos_ops_gems/replayable.toml)")
+    args = ap.parse_args(argv)
+    if flagos.device_count() == 0 or flagos.get_device_properties(0).twin_device != "none":
+        print("replay_admission: needs flagos devices without a twin (FLAGOS_NO_TWIN=1, or a "
+              "chip whose memory nothing else addresses)")
+        return 2
+    why = gems_unavailable()
+    if why:
+        print(f"replay_admission: the gems provider cannot run here: {why}")
+        return 2
+    gems = flagos.routing.providers()["gems"]
+    functions = gems.library.functions
+    ops = [o for o in args.ops.split(",") if o] or sorted(
+        op for op in functions if gems.serves(op) and not _writes_an_argument(op))
+    declared = gems.library.replayable_ops() & functions.keys()
+    admitted = {}
+    for op in ops:
+        verdict = check_op(op, opinfo_samples(op, args.max_samples,
+                                              (torch.float32, torch.bfloat16)),
+                           "gems", _tolerance, declared - {op})
+        print(f"{op:48} {'admitted' if verdict.admitted else 'no':9} samples "
+              f"{verdict.samples:3} relaunched {verdict.relaunched:4} {verdict.reason}",
+              flush=True)
+        if verdict.admitted:
+            admitted[op] = source_digest(functions[op])
+    print(f"{len(admitted)} of {len(ops)} ops admitted")
+    if args.write:
+        import flag_gems
+
+        write_admitted(admitted, f"FlagGems {flag_gems.__version__}", Path(args.write))
+        print(f"wrote {args.write}")
+    return 0
+
+
+def _writes_an_argument(op: str) -> bool:
+    from ._schemas import op_schema
+
+    schema = op_schema(op)
+    return schema is None or any(a.alias_info is not None and a.alias_info.is_write
+                                 for a in schema.arguments)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""The replay admission check (flagos_ops_gems.replay_admission) on sim without a twin: a
+kernel library whose kernel is one HAL launch of a C kernel for the simulated device is
+admitted; one that computes with ATen, or computes wrongly, is not."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+SCALE_C = r"""
+#include <stddef.h>
+#include <stdint.h>
+#include "flagos_hal/sim_runtime.h"
+static void scale(const flagos_hal_sim_program_t* p, void* const* args) {
+  const float* x = *(const float* const*)args[0];
+  float* out = *(float* const*)args[1];
+  float alpha = *(const float*)args[2];
+  int64_t n = *(const int64_t*)args[3];
+  for (uint32_t t = 0; t < p->block[0]; ++t) {
+    int64_t i = (int64_t)p->program_id[0] * p->block[0] + t;
+    if (i < n) out[i] = alpha * x[i];
+  }
+}
+static const size_t scale_args[] = {sizeof(void*), sizeof(void*), sizeof(float), sizeof(int64_t)};
+__attribute__((visibility("default"))) const flagos_hal_sim_kernel_t flagos_sim_kernels[] = {
+    {"scale", scale, 4, scale_args},
+    {NULL, NULL, 0, NULL},
+};
+"""
+
+CHECK = r"""
+import sys
+import torch, flagos
+from flagos import kernels, launch_cache, provider_api
+from flagos_ops_gems.replay_admission import check_op
+
+kernel = kernels.KernelModule(0, "flagos-sim-kernels-v1", open(sys.argv[1], "rb").read()).kernel(
+    "scale", ("*fp32", "*fp32", "fp32", "i64"))
+lib = torch.library.Library("flagos_test_admit", "DEF")
+for name in ("launched", "with_aten", "wrong"):
+    lib.define(f"{name}(Tensor x, float alpha) -> Tensor")
+    lib.impl(name, lambda x, alpha: alpha * x, "CPU")
+
+def launch(x, alpha):
+    if x.dtype != torch.float32 or not x.is_contiguous():
+        return NotImplemented
+    out = torch.empty_like(x)
+    kernel.launch(((x.numel() + 63) // 64,), (64,), x, out, alpha, x.numel())
+    return out
+
+kernels_ = {"flagos_test_admit::launched": launch,
+            "flagos_test_admit::with_aten": lambda x, alpha: x * alpha,
+            "flagos_test_admit::wrong": lambda x, alpha: launch(x, alpha + 1)}
+
+class Library(flagos.routing.Provider):
+    name, is_cpp = "admittest", True
+    def serves(self, op):
+        return op in kernels_
+
+provider_api.register_foreign_provider(
+    "admittest", {op: launch_cache.watched(k) for op, k in kernels_.items()}.get)
+flagos.routing.register_provider(Library())
+samples = [((torch.randn(100), 2.0), {}), ((torch.randn(7, 5).mT, 0.5), {}),
+           ((torch.randn(100), 2.0), {})]
+for op in kernels_:
+    v = check_op(op, samples, "admittest")
+    print(op, v.admitted, v.samples, v.relaunched, v.reason)
+"""
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory) -> Path:
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler to build the sim kernel library")
+    import flagos_hal
+
+    d = tmp_path_factory.mktemp("sim_kernels")
+    (d / "scale.c").write_text(SCALE_C)
+    subprocess.run([compiler, "-shared", "-fPIC", "-O1", "-fvisibility=hidden",
+                    f"-I{flagos_hal.get_include()}", str(d / "scale.c"), "-o",
+                    str(d / "libscale.so")], check=True)
+    return d / "libscale.so"
+
+
+def test_only_a_kernel_made_of_launches_that_compute_right_is_admitted(run_python, image) -> None:
+    code = CHECK.replace("sys.argv[1]", repr(str(image)))
+    r = run_python(code, env={"FLAGOS_NO_TWIN": "1", "FLAGOS_HAL": "sim"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = {line.split()[0]: line.split(maxsplit=4)[1:] for line in r.stdout.splitlines()}
+    admitted, samples, relaunched, *_ = lines["flagos_test_admit::launched"]
+    # three samples (the transposed one declined to the CPU), the repeat of each kept call
+    # relaunched from C++
+    assert admitted == "True" and samples == "3" and int(relaunched) >= 2, r.stdout
+    assert lines["flagos_test_admit::with_aten"][0] == "False", r.stdout
+    assert "never relaunched" in " ".join(lines["flagos_test_admit::with_aten"]), r.stdout
+    assert lines["flagos_test_admit::wrong"][0] == "False", r.stdout
+    assert "differs from the CPU" in " ".join(lines["flagos_test_admit::wrong"]), r.stdout
+
+
+def test_admitted_ops_round_trip_with_their_digests(tmp_path) -> None:
+    import json
+
+    from flagos_ops_gems.replay_admission import read_admitted, source_digest, write_admitted
+
+    digest = source_digest(json.dumps)
+    assert digest and digest == source_digest(json.dumps)
+    path = tmp_path / "replayable.toml"
+    write_admitted({"aten::add.Tensor": digest}, "FlagGems 5.0.2", path)
+    assert read_admitted(path) == {"aten::add.Tensor": digest}
+    assert read_admitted(tmp_path / "absent.toml") == {}
