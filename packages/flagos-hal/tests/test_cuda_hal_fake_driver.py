@@ -48,10 +48,27 @@ def test_conformance_on_the_fake_driver(cuda_hal, fake_driver):
                        env=env, capture_output=True, text=True, timeout=600, check=False)
     results = json.loads(r.stdout)["results"]
     # The CUDA HAL has no graph runtime and no host tasks (optional; its kernels and copies
-    # need none): their checks skip, all others pass.
-    optional = ("graph_", "host_tasks")
+    # need none): their checks skip, as does the launch through a tensor descriptor (the
+    # suite has no PTX kernel reading one); all others pass.
+    optional = ("graph_", "host_tasks", "tensor_descriptor_launch")
     failed = [x for x in results if x["result"] != ("SKIP" if x["check"].startswith(optional) else "PASS")]
     assert r.returncode == 0 and not failed, failed or r.stderr
+
+
+def test_tensor_descriptors_reach_the_driver_innermost_first(cuda_hal, fake_driver):
+    # flagos' descriptions go outermost first with element strides; cuTensorMapEncodeTiled
+    # takes dimensions innermost first and byte strides (the double echoes what it got).
+    r = run_python(
+        "import flagos_hal, struct\n"
+        f"h = flagos_hal.load({cuda_hal!r})\n"
+        "p = h.malloc(0, 64 * 48 * 2)\n"
+        "info = h.tensor_descriptor_info(p, [64, 40], [48, 1], [32, 16], 2, element_type=10, swizzle=3,\n"
+        "                                fill_nan=True)\n"
+        "got = struct.unpack('<16Q', h.encode_tensor_descriptor(0, info))\n"
+        "assert got[:5] == (p, 2, 10, 3, 1), got\n"
+        "assert got[5:7] == (40, 64) and got[10:12] == (16, 32) and got[15] == 96, got\n"
+        "print('ok')\n", env=fake_driver)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr
 
 
 def test_events_across_devices(cuda_hal, fake_driver):

@@ -143,7 +143,8 @@ def test_new_vendor_scaffold_builds_and_passes(tmp_path):
     results = json.loads(r.stdout)["results"]
     # A scaffolded HAL has no graph runtime, kernel extension, stream capture or host tasks
     # (all optional): their checks skip, all others pass.
-    optional = ("graph_", "kernel_", "module_", "launch_kernel", "capture_", "host_tasks")
+    optional = ("graph_", "kernel_", "module_", "launch_kernel", "capture_", "host_tasks",
+                "tensor_descriptor_")
     want = {x["check"]: "SKIP" if x["check"].startswith(optional) else "PASS" for x in results}
     assert r.returncode == 0 and {x["check"]: x["result"] for x in results} == want, r.stdout + r.stderr
     assert len(results) == len(CHECKS) and results[0]["detail"].startswith("acme_npu / ")

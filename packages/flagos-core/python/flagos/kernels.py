@@ -10,7 +10,9 @@ tensors' device pointers, in order with the ops before and after them::
     add.launch((blocks, 1, 1), (64, 1, 1), a, b, out, n)
 
 The signature names each parameter's type as Triton does (``*fp32`` a pointer, passed a
-tensor or an address; ``i32``, ``i64``, ``fp32``, ... a value). A launch made inside a
+tensor or an address; ``i32``, ``i64``, ``fp32``, ... a value), or ``bytes``: a value
+passed by value as its bytes, such as a tensor descriptor :func:`encode_tensor_descriptor`
+made (a launch with one is never kept by the launch cache). A launch made inside a
 launch-cached op's kernel (:mod:`flagos.launch_cache`) is recorded, so later calls with
 the same argument metadata relaunch it from C++ without Python.
 """
@@ -20,11 +22,13 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 
+import torch
 from flagos_hal import KernelTarget
 
 from flagos import _C
 
-__all__ = ["Kernel", "KernelModule", "KernelTarget", "formats", "has_kernels", "target"]
+__all__ = ["Kernel", "KernelModule", "KernelTarget", "encode_tensor_descriptor", "formats",
+           "has_kernels", "target"]
 
 
 def formats(device: int = 0) -> list[str]:
@@ -52,6 +56,22 @@ def target(device: int = 0) -> KernelTarget:
 @functools.cache
 def _target(device: int) -> KernelTarget:
     return KernelTarget(**_C._kernel_target(device))
+
+
+def encode_tensor_descriptor(tensor: torch.Tensor, block: Sequence[int], *, element_type: int = 0,
+                             swizzle: int = 0, fill_nan: bool = False) -> bytes:
+    """The HAL's tensor descriptor (``kernel_encode_tensor_descriptor``, ABI 1.5) of a
+    flagos ``tensor`` read in tiles of ``block`` elements per dimension: the bytes a kernel
+    parameter of type ``bytes`` takes. ``element_type`` and ``swizzle`` are the codes of the
+    device's backend (on the cuda HAL CUtensorMapDataType and CUtensorMapSwizzle; 0 on sim).
+    The descriptor holds the tensor's address: launch it while the tensor lives.
+    NotImplementedError where the HAL encodes none."""
+    if tensor.device.type != "flagos":
+        raise ValueError(f"flagos: a tensor descriptor of a {tensor.device} tensor; it describes "
+                         "flagos memory")
+    return _C._kernel_encode_tensor_descriptor(
+        tensor.device.index or 0, tensor.data_ptr(), list(tensor.shape), list(tensor.stride()),
+        [int(b) for b in block], tensor.element_size(), int(element_type), int(swizzle), bool(fill_nan))
 
 
 class KernelModule:
@@ -88,7 +108,7 @@ class Kernel:
         params = launch_cache.pack_params(self.signature, args)
         if params is None:
             raise TypeError(f"flagos: kernel {self.name!r}: a parameter type of {self.signature} "
-                            "is not supported (pointers, integers, fp32, fp64)")
+                            "is not supported (pointers, integers, fp32, fp64, bytes)")
         g = [int(x) for x in grid] + [1] * (3 - len(grid))
         b = [int(x) for x in block] + [1] * (3 - len(block))
         # recorded there for the launch cache when a launch-cached op's kernel runs

@@ -150,18 +150,21 @@ def record_triton(compiled: object, grid: Sequence[int], args: Sequence[object])
 
 
 def pack_params(types: Sequence[object], args: Sequence[object]
-                ) -> list[tuple[bool, int, int]] | None:
+                ) -> list[tuple[bool, int, int] | bytes] | None:
     """A launch's parameters as ``(is_pointer, bytes, bits)``, from Triton's type names
     (``*fp32`` a pointer: a tensor, an address or None; ``i32``, ``fp32``, ...; a
-    ``constexpr`` is not passed) and the values, as Triton's CUDA launcher passes them;
-    None for a type not mirrored. Raises for a value its type cannot hold."""
-    params: list[tuple[bool, int, int]] = []
+    ``constexpr`` is not passed) and the values, as Triton's CUDA launcher passes them, or
+    as the value's bytes for ``bytes`` (a tensor descriptor the HAL encoded, passed by
+    value); None for a type not mirrored. Raises for a value its type cannot hold."""
+    params: list[tuple[bool, int, int] | bytes] = []
     for ty, value in zip(types, args):
         if not isinstance(ty, str):  # tuples, tensor descriptors
             return None
         if ty == "constexpr":
             continue
-        if ty.startswith("*"):
+        if ty == "bytes":
+            params.append(bytes(value))
+        elif ty.startswith("*"):
             ptr = 0 if value is None else value if isinstance(value, int) else value.data_ptr()
             params.append((True, 8, ptr))
         elif ty in _INT_BYTES:

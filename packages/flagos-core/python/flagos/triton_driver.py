@@ -18,8 +18,11 @@ active driver per process: while it is active, Triton kernels launch on flagos d
 only. A launch made inside a launch-cached op's kernel is recorded, so the op relaunches
 it from C++ (:mod:`flagos.launch_cache`).
 
-Not supported (the launcher refuses them with the reason): kernels of several CTAs per
-cluster, cooperative grids, programmatic dependent launch, tensor descriptors.
+Host tensor descriptors (``TensorDescriptor``) are passed as Triton's CUDA backend passes
+them (:mod:`flagos.triton_tensor_descriptors`); those lowered to the chip's tile copies
+are encoded by the HAL (``kernel_encode_tensor_descriptor``, ABI 1.5). Not supported (the
+launcher refuses them with the reason): kernels of several CTAs per cluster, cooperative
+grids, programmatic dependent launch.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from collections.abc import Iterator
 
 import torch
 
-from flagos import _C, kernels, launch_cache
+from flagos import _C, kernels, launch_cache, triton_tensor_descriptors
 
 __all__ = ["HalDriver", "activate", "active", "binary_format", "deactivate", "target"]
 
@@ -118,9 +121,9 @@ class HalLauncher:
             if getattr(metadata, name, unsupported) != unsupported:
                 raise NotImplementedError(f"flagos: a Triton kernel with {name}="
                                           f"{getattr(metadata, name)} is not launched through the HAL")
-        if getattr(metadata, "tensordesc_meta", None):
-            raise NotImplementedError("flagos: Triton kernels with tensor descriptors are not launched "
-                                      "through the HAL")
+        self.tensordesc_meta = getattr(metadata, "tensordesc_meta", None)
+        target = getattr(metadata, "target", None)
+        self.backend = getattr(target, "backend", "") or ""
         self.num_warps = metadata.num_warps
         self.shared = metadata.shared
         # Kernels of the Triton releases whose launchers pass a global and a profile scratch
@@ -133,7 +136,11 @@ class HalLauncher:
                  packed_metadata: object, launch_metadata: object, enter_hook: object,
                  exit_hook: object, *args: object) -> None:
         device = torch.flagos.current_device()
-        params = launch_cache.pack_params(self.types, args)
+        types: list[object] = self.types
+        if triton_tensor_descriptors.has_descriptors(types):
+            types, args = triton_tensor_descriptors.expand(types, args, self.tensordesc_meta,
+                                                           self.backend, device)
+        params = launch_cache.pack_params(types, args)
         if params is None:
             raise NotImplementedError(f"flagos: a Triton parameter type of {self.types} is not "
                                       "launched through the HAL")

@@ -39,6 +39,12 @@
  * that serve such a device to become part of a captured graph; check with
  * FLAGOS_HAL_HAS(table, stream_launch_host_task).
  *
+ * ABI 1.5 appends the optional tensor descriptors (kernel_encode_tensor_descriptor): the
+ * value a kernel of the chip's Triton backend takes for a tensor descriptor made on the
+ * host (Triton's TensorDescriptor; on NVIDIA a TMA descriptor, CUtensorMap). A HAL with
+ * the kernel extension whose backend lowers host tensor descriptors to such a value fills
+ * it in; check with FLAGOS_HAL_HAS(table, kernel_encode_tensor_descriptor).
+ *
  * Conventions.
  *  - Every function returns a flagos_status_t; results come back through
  *    out-parameters, which are left untouched on failure.
@@ -61,7 +67,7 @@ extern "C" {
 #endif
 
 #define FLAGOS_HAL_ABI_MAJOR 1u
-#define FLAGOS_HAL_ABI_MINOR 4u
+#define FLAGOS_HAL_ABI_MINOR 5u
 #define FLAGOS_HAL_ABI_VERSION ((FLAGOS_HAL_ABI_MAJOR << 16) | FLAGOS_HAL_ABI_MINOR)
 #define FLAGOS_HAL_ENTRY_SYMBOL "flagos_hal_get_table"
 
@@ -159,6 +165,25 @@ typedef struct flagos_kernel_target {
   uint64_t max_shared_memory;       /* dynamic shared memory a launch may ask for, in bytes,
                                        once function_set_shared_memory has allowed it */
 } flagos_kernel_target_t;
+
+/* A tensor in device memory as a kernel reads and writes it in tiles (the tensor
+ * descriptors of ABI 1.5): the tensor, the tile, and the codes the device's Triton backend
+ * gives the element type and the shared memory layout (Triton's tensordesc_meta
+ * elem_type and swizzle, after its backend's own mapping: CUtensorMapDataType and
+ * CUtensorMapSwizzle on the cuda HAL). Dimensions go outermost first, as in PyTorch. */
+#define FLAGOS_TENSOR_DESCRIPTOR_MAX_DIMS 5
+typedef struct flagos_tensor_descriptor_info {
+  uint32_t struct_size;   /* caller sets sizeof(flagos_tensor_descriptor_info_t) */
+  int32_t ndim;           /* 1 .. FLAGOS_TENSOR_DESCRIPTOR_MAX_DIMS */
+  uint64_t base;          /* device address of element (0, .., 0), on the device named */
+  uint64_t shape[FLAGOS_TENSOR_DESCRIPTOR_MAX_DIMS];   /* elements per dimension */
+  int64_t strides[FLAGOS_TENSOR_DESCRIPTOR_MAX_DIMS];  /* in elements; the innermost is 1 */
+  uint32_t block_shape[FLAGOS_TENSOR_DESCRIPTOR_MAX_DIMS]; /* the tile, elements per dim */
+  uint32_t element_size;  /* bytes per element: 1, 2, 4 or 8 */
+  int32_t element_type;   /* the backend's code of the element type */
+  int32_t swizzle;        /* the backend's code of the tile's layout in shared memory */
+  int32_t fill_nan;       /* elements of a tile outside the tensor read as NaN (1), 0 (0) */
+} flagos_tensor_descriptor_info_t;
 
 typedef struct flagos_device_properties {
   uint32_t struct_size;        /* caller sets sizeof(flagos_device_properties_t) */
@@ -387,6 +412,18 @@ typedef struct flagos_hal_table {
    * A destroyed stream is INVALID_HANDLE, a NULL fn INVALID_VALUE. */
   flagos_status_t (*stream_launch_host_task)(flagos_stream_t stream, void (*fn)(void* data),
                                              void* data, void (*release)(void* data));
+  /* ---- tensor descriptors (ABI 1.5, optional: NULL when the backend takes none) -------
+   * Encode `info` (caller sets info->struct_size) for a kernel on `device`: the bytes a
+   * launch_kernel argument of that kernel's tensor descriptor type takes by value (args[i]
+   * points to them, arg_sizes[i] is their size). *size is the capacity of `descriptor` on
+   * entry and the bytes written on return; a capacity too small is INVALID_VALUE with the
+   * bytes needed in *size. A tensor or tile the device cannot describe (a dimension count,
+   * an unaligned base or stride, a tile too large, an unknown code) is INVALID_VALUE with
+   * the reason in the last-error message. The descriptor embeds `base`: it is valid while
+   * that memory is. Synchronous; no device work. */
+  flagos_status_t (*kernel_encode_tensor_descriptor)(int device,
+                                                     const flagos_tensor_descriptor_info_t* info,
+                                                     void* descriptor, size_t* size);
   /* Add new functions here, after the last one, and bump FLAGOS_HAL_ABI_MINOR. */
 } flagos_hal_table_t;
 

@@ -67,6 +67,20 @@ typedef struct flagos_hal_sim_stream {
 #define FLAGOS_SIM_KERNEL_FORMAT "flagos-sim-kernels-v1"
 #define FLAGOS_SIM_KERNELS_SYMBOL "flagos_sim_kernels"
 
+/* A tensor descriptor on the simulated device (kernel_encode_tensor_descriptor, ABI 1.5):
+ * the value a sim kernel's descriptor argument receives (arg_size sizeof this struct).
+ * The fields are the encoded info's; element_type and swizzle are 0 (the sim has no
+ * codes of its own). */
+typedef struct flagos_hal_sim_tensor_descriptor {
+  uint64_t base;
+  int32_t ndim;
+  uint32_t element_size;
+  uint64_t shape[FLAGOS_TENSOR_DESCRIPTOR_MAX_DIMS];
+  int64_t strides[FLAGOS_TENSOR_DESCRIPTOR_MAX_DIMS];
+  uint32_t block_shape[FLAGOS_TENSOR_DESCRIPTOR_MAX_DIMS];
+  int32_t fill_nan;
+} flagos_hal_sim_tensor_descriptor_t;
+
 typedef struct flagos_hal_sim_program {
   uint32_t grid[3];        /* the launch's grid */
   uint32_t block[3];       /* the launch's block */

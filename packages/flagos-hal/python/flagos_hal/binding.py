@@ -121,6 +121,26 @@ class KernelTargetStruct(ctypes.Structure):
     ]
 
 
+TENSOR_DESCRIPTOR_MAX_DIMS = 5
+
+
+class TensorDescriptorInfoStruct(ctypes.Structure):
+    """flagos_tensor_descriptor_info_t (ABI 1.5)."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("ndim", ctypes.c_int32),
+        ("base", ctypes.c_uint64),
+        ("shape", ctypes.c_uint64 * TENSOR_DESCRIPTOR_MAX_DIMS),
+        ("strides", ctypes.c_int64 * TENSOR_DESCRIPTOR_MAX_DIMS),
+        ("block_shape", ctypes.c_uint32 * TENSOR_DESCRIPTOR_MAX_DIMS),
+        ("element_size", ctypes.c_uint32),
+        ("element_type", ctypes.c_int32),
+        ("swizzle", ctypes.c_int32),
+        ("fill_nan", ctypes.c_int32),
+    ]
+
+
 @dataclass(frozen=True)
 class KernelTarget:
     """What a device is as a target of kernel compilers (flagos_kernel_target_t)."""
@@ -234,6 +254,8 @@ TABLE_FUNCTIONS: list[tuple[str, list]] = [
     ("replay_destroy", [_vp]),
     # ABI 1.4: the optional host tasks.
     ("stream_launch_host_task", [_vp, HOST_TASK_FN, _vp, HOST_TASK_FN]),
+    # ABI 1.5: the optional tensor descriptors.
+    ("kernel_encode_tensor_descriptor", [_i, ctypes.POINTER(TensorDescriptorInfoStruct), _vp, _size_p]),
 ]
 
 # The functions of the graph runtime (ABI 1.1): a HAL has all of them or none.
@@ -246,7 +268,10 @@ CAPTURE_FUNCTIONS = ["stream_begin_capture", "stream_end_capture", "stream_is_ca
                      "capture_instantiate", "capture_destroy", "replay_launch", "replay_destroy"]
 # The host tasks (ABI 1.4): one function.
 HOST_TASK_FUNCTIONS = ["stream_launch_host_task"]
-OPTIONAL_FUNCTIONS = GRAPH_FUNCTIONS + KERNEL_FUNCTIONS + CAPTURE_FUNCTIONS + HOST_TASK_FUNCTIONS
+# The tensor descriptors (ABI 1.5): one function.
+TENSOR_DESCRIPTOR_FUNCTIONS = ["kernel_encode_tensor_descriptor"]
+OPTIONAL_FUNCTIONS = (GRAPH_FUNCTIONS + KERNEL_FUNCTIONS + CAPTURE_FUNCTIONS + HOST_TASK_FUNCTIONS
+                      + TENSOR_DESCRIPTOR_FUNCTIONS)
 
 
 class Table(ctypes.Structure):
@@ -572,6 +597,36 @@ class Hal:
 
     def module_unload(self, module: int) -> None:
         self.call("module_unload", module)
+
+    # ---- tensor descriptors (ABI 1.5, optional) ---------------------------------------
+    @staticmethod
+    def tensor_descriptor_info(base: int, shape: list[int], strides: list[int], block: list[int],
+                               element_size: int, element_type: int = 0, swizzle: int = 0,
+                               fill_nan: bool = False) -> TensorDescriptorInfoStruct:
+        """A flagos_tensor_descriptor_info_t (dimensions outermost first, strides in elements)."""
+        info = TensorDescriptorInfoStruct(struct_size=ctypes.sizeof(TensorDescriptorInfoStruct),
+                                          ndim=len(shape), base=base, element_size=element_size,
+                                          element_type=element_type, swizzle=swizzle,
+                                          fill_nan=int(fill_nan))
+        for i, (n, st, b) in enumerate(zip(shape, strides, block)):
+            info.shape[i], info.strides[i], info.block_shape[i] = n, st, b
+        return info
+
+    def raw_encode_tensor_descriptor(self, device: int, info: TensorDescriptorInfoStruct,
+                                     capacity: int = 256) -> tuple[int, bytes, int]:
+        """kernel_encode_tensor_descriptor's (status, descriptor bytes, size out) (no raise)."""
+        buf = ctypes.create_string_buffer(max(capacity, 1))
+        size = ctypes.c_size_t(capacity)
+        status = self.raw("kernel_encode_tensor_descriptor", device, ctypes.byref(info),
+                          ctypes.addressof(buf) if capacity else None, ctypes.byref(size))
+        return status, buf.raw[:size.value] if status == 0 else b"", size.value
+
+    def encode_tensor_descriptor(self, device: int, info: TensorDescriptorInfoStruct) -> bytes:
+        """The descriptor's bytes, as a launch passes them by value."""
+        status, data, _ = self.raw_encode_tensor_descriptor(device, info)
+        if status != 0:
+            self._raise("kernel_encode_tensor_descriptor", status)
+        return data
 
     # ---- stream capture (ABI 1.3, optional) -------------------------------------------
     def has_capture(self) -> bool:

@@ -864,4 +864,10 @@ def _last_error(hal: Hal):
 
 # The optional graph runtime's and kernel extension's checks register themselves here,
 # after the ones above.
-from flagos_hal import capture_checks, graph_checks, host_task_checks, kernel_checks  # noqa: F401
+from flagos_hal import (  # noqa: F401
+    capture_checks,
+    graph_checks,
+    host_task_checks,
+    kernel_checks,
+    tensor_descriptor_checks,
+)

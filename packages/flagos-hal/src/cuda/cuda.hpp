@@ -115,6 +115,11 @@ struct Driver {
   CUresult (*cuFuncGetParamInfo)(CUfunction, size_t, size_t*, size_t*) = nullptr;
   // This thread's stream capture mode, swapped (optional: every driver since CUDA 10.1).
   CUresult (*cuThreadExchangeStreamCaptureMode)(int*) = nullptr;
+  // A TMA descriptor (CUDA 12.0 and later; optional): tensor map, data type, rank, address,
+  // dims, byte strides, box, element strides, interleave, swizzle, L2 promotion, OOB fill.
+  CUresult (*cuTensorMapEncodeTiled)(void*, int, unsigned, void*, const unsigned long long*,
+                                     const unsigned long long*, const unsigned*, const unsigned*, int,
+                                     int, int, int) = nullptr;
 };
 extern Driver driver;  // resolved by Cuda::open
 
@@ -181,6 +186,10 @@ struct Cuda : kit::VendorDefaults {
   static Status device_synchronize(int device);
   static Status pointer_attributes(const void* ptr, flagos_pointer_attributes_t* attr);
   FLAGOS_HAL_KIT_KERNEL_CALLS()  // the kernel extension (kit/kernels.hpp; kernels.cpp)
+  // tensor descriptors (ABI 1.5; kernels.cpp): a CUtensorMap, what Triton's CUDA backend
+  // passes for a host tensor descriptor lowered to TMA
+  static Status kernel_encode_tensor_descriptor(int device, const flagos_tensor_descriptor_info_t& info,
+                                                void* out, size_t* size);
   FLAGOS_HAL_KIT_CAPTURE_CALLS()  // the stream capture (kit/capture.hpp; capture.cpp)
 };
 

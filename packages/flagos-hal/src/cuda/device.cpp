@@ -70,6 +70,7 @@ Status Cuda::open(int* device_count) {
   lib.resolve_optional(driver.cuGetErrorName, "cuGetErrorName");
   lib.resolve_optional(driver.cuFuncGetParamInfo, "cuFuncGetParamInfo");
   lib.resolve_optional(driver.cuThreadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode");
+  lib.resolve_optional(driver.cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled");
   FLAGOS_KIT_TRY(lib.complete("an NVIDIA driver"));
   if (driver.cuDriverGetVersion(&g_driver_version) != CUDA_SUCCESS) g_driver_version = 0;
   CUresult r = driver.cuInit(0);

@@ -70,6 +70,48 @@ Status Cuda::launch_kernel(Function& f, const uint32_t grid[3], const uint32_t b
   return FLAGOS_SUCCESS;
 }
 
+// A CUtensorMap as Triton's CUDA launcher makes it (its fill_tma_descriptor): dimensions
+// innermost first, byte strides of the outer dimensions, element strides of 1, L2
+// promotion of 128 bytes; out-of-bounds elements NaN when asked, else zero.
+Status Cuda::kernel_encode_tensor_descriptor(int, const flagos_tensor_descriptor_info_t& info, void* out,
+                                             size_t* size) {
+  constexpr size_t kTensorMapBytes = 128;  // sizeof(CUtensorMap), 64-byte aligned
+  constexpr int kInterleaveNone = 0, kL2Promotion128B = 2, kOobFillNone = 0, kOobFillNan = 1;
+  if (!driver.cuTensorMapEncodeTiled) {
+    return kit::fail(FLAGOS_ERROR_NOT_SUPPORTED,
+                     "kernel_encode_tensor_descriptor: this CUDA driver has no cuTensorMapEncodeTiled "
+                     "(CUDA 12.0 or later)");
+  }
+  if (*size < kTensorMapBytes) {
+    *size = kTensorMapBytes;
+    return kit::fail(FLAGOS_ERROR_INVALID_VALUE, "kernel_encode_tensor_descriptor: %zu bytes needed",
+                     kTensorMapBytes);
+  }
+  int n = info.ndim;
+  unsigned long long dims[FLAGOS_TENSOR_DESCRIPTOR_MAX_DIMS], strides[FLAGOS_TENSOR_DESCRIPTOR_MAX_DIMS];
+  unsigned box[FLAGOS_TENSOR_DESCRIPTOR_MAX_DIMS], element_strides[FLAGOS_TENSOR_DESCRIPTOR_MAX_DIMS];
+  for (int i = 0; i < n; ++i) {
+    dims[i] = info.shape[n - 1 - i];
+    box[i] = info.block_shape[n - 1 - i];
+    element_strides[i] = 1;
+    if (i + 1 < n) strides[i] = static_cast<unsigned long long>(info.strides[n - 2 - i]) * info.element_size;
+  }
+  alignas(64) unsigned char map[kTensorMapBytes];
+  CUresult r = driver.cuTensorMapEncodeTiled(map, info.element_type, static_cast<unsigned>(n),
+                                             reinterpret_cast<void*>(static_cast<uintptr_t>(info.base)), dims,
+                                             strides, box, element_strides, kInterleaveNone, info.swizzle,
+                                             kL2Promotion128B, info.fill_nan ? kOobFillNan : kOobFillNone);
+  if (r != CUDA_SUCCESS) {
+    char what[160];
+    std::snprintf(what, sizeof what, "data type %d, %d dimensions, element size %u, swizzle %d",
+                  info.element_type, n, info.element_size, info.swizzle);
+    return cu_fail(r, "cuTensorMapEncodeTiled", what);
+  }
+  std::memcpy(out, map, kTensorMapBytes);
+  *size = kTensorMapBytes;
+  return FLAGOS_SUCCESS;
+}
+
 // cuModuleUnload does not wait for the module's kernels: the device's queued work is
 // finished first, as the ABI promises.
 Status Cuda::module_unload(Module& m) {

@@ -152,4 +152,35 @@ Status Sim::module_unload(Module& m) {
   return FLAGOS_SUCCESS;
 }
 
+// The info as it is: the kit checked it, the whole tensor inside one allocation of the
+// device, so a sim kernel reads through the descriptor without further checks.
+Status Sim::kernel_encode_tensor_descriptor(int device, const flagos_tensor_descriptor_info_t& info,
+                                            void* out, size_t* size) {
+  if (info.element_type != 0 || info.swizzle != 0) {
+    return kit::fail(FLAGOS_ERROR_INVALID_VALUE,
+                     "kernel_encode_tensor_descriptor: element type %d and swizzle %d: the simulated "
+                     "device has no codes, both must be 0", info.element_type, info.swizzle);
+  }
+  if (*size < sizeof(flagos_hal_sim_tensor_descriptor_t)) {
+    size_t need = sizeof(flagos_hal_sim_tensor_descriptor_t);
+    *size = need;
+    return kit::fail(FLAGOS_ERROR_INVALID_VALUE, "kernel_encode_tensor_descriptor: %zu bytes needed", need);
+  }
+  flagos_hal_sim_tensor_descriptor_t d;
+  std::memset(&d, 0, sizeof d);
+  d.base = info.base;
+  d.ndim = info.ndim;
+  d.element_size = info.element_size;
+  for (int i = 0; i < info.ndim; ++i) {
+    d.shape[i] = info.shape[i];
+    d.strides[i] = info.strides[i];
+    d.block_shape[i] = info.block_shape[i];
+  }
+  d.fill_nan = info.fill_nan ? 1 : 0;
+  std::memcpy(out, &d, sizeof d);
+  *size = sizeof d;
+  (void)device;
+  return FLAGOS_SUCCESS;
+}
+
 }  // namespace flagos_sim

@@ -150,6 +150,9 @@ struct Sim : kit::VendorDefaults {
                               Stream& stream);
   static Status graph_destroy(Graph& g);
   FLAGOS_HAL_KIT_KERNEL_CALLS()  // the kernel extension (kit/kernels.hpp; kernels.cpp)
+  // tensor descriptors (ABI 1.5; kernels.cpp): flagos_hal_sim_tensor_descriptor_t
+  static Status kernel_encode_tensor_descriptor(int device, const flagos_tensor_descriptor_info_t& info,
+                                                void* out, size_t* size);
   FLAGOS_HAL_KIT_CAPTURE_CALLS()  // the stream capture (kit/capture.hpp; capture.cpp)
   // host tasks (ABI 1.4; stream.cpp): fn(data) on the stream's worker, recorded while it
   // captures; the data released with the last copy of the task

@@ -37,13 +37,35 @@ void program_ids(const flagos_hal_sim_program_t* p, void* const* args) {
   out[linear] = linear;
 }
 
+// out = the tile of the 2-d float32 tensor described by `desc` whose first element is at
+// (row, col): block_shape[0] x block_shape[1] elements, row-major, those outside the
+// tensor 0 or NaN as the descriptor says. One program copies the whole tile.
+void tile_load(const flagos_hal_sim_program_t* p, void* const* args) {
+  const auto& desc = *static_cast<const flagos_hal_sim_tensor_descriptor_t*>(args[0]);
+  float* out = arg<float*>(args, 1);
+  int64_t row = arg<int64_t>(args, 2), col = arg<int64_t>(args, 3);
+  if (p->program_id[0] != 0 || desc.ndim != 2 || desc.element_size != 4) return;
+  const float* base = reinterpret_cast<const float*>(static_cast<uintptr_t>(desc.base));
+  float fill = desc.fill_nan ? __builtin_nanf("") : 0.0f;
+  for (uint32_t i = 0; i < desc.block_shape[0]; ++i) {
+    for (uint32_t j = 0; j < desc.block_shape[1]; ++j) {
+      int64_t r = row + i, c = col + j;
+      bool inside = r >= 0 && c >= 0 && uint64_t(r) < desc.shape[0] && uint64_t(c) < desc.shape[1];
+      out[i * desc.block_shape[1] + j] = inside ? base[r * desc.strides[0] + c * desc.strides[1]] : fill;
+    }
+  }
+}
+
 const size_t kVectorAddArgs[] = {sizeof(void*), sizeof(void*), sizeof(void*), sizeof(int64_t)};
 const size_t kProgramIdsArgs[] = {sizeof(void*)};
+const size_t kTileLoadArgs[] = {sizeof(flagos_hal_sim_tensor_descriptor_t), sizeof(void*), sizeof(int64_t),
+                                sizeof(int64_t)};
 
 }  // namespace
 
 extern "C" __attribute__((visibility("default"))) const flagos_hal_sim_kernel_t flagos_sim_kernels[] = {
     {"vector_add", vector_add, 4, kVectorAddArgs},
     {"program_ids", program_ids, 1, kProgramIdsArgs},
+    {"tile_load", tile_load, 4, kTileLoadArgs},
     {nullptr, nullptr, 0, nullptr},
 };

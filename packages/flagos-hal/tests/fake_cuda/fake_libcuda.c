@@ -461,3 +461,25 @@ CUresult cuLaunchKernel(func_t* f, unsigned gx, unsigned gy, unsigned gz, unsign
   return OK;
 }
 
+/* A TMA descriptor as the driver checks one (rank 1 to 5, a 16-byte aligned address and
+ * byte strides, tiles of 1 to 256 elements); the 128 bytes hold what it was given, as
+ * uint64s in order: address, rank, type, swizzle, fill, then
+ * dims and box (innermost first, 5 each), then the byte stride of dimension 1 (the one
+ * outside the innermost). */
+CUresult cuTensorMapEncodeTiled(void* map, int type, unsigned rank, void* address, const unsigned long long* dims,
+                                const unsigned long long* strides, const unsigned* box,
+                                const unsigned* element_strides, int interleave, int swizzle, int l2, int fill) {
+  if (!map || rank < 1 || rank > 5 || ((uintptr_t)address & 15) || interleave != 0 || l2 < 0 || l2 > 3) {
+    return INVALID_VALUE;
+  }
+  unsigned long long out[16] = {(uintptr_t)address, rank, (unsigned)type, (unsigned)swizzle, (unsigned)fill};
+  for (unsigned i = 0; i < rank; ++i) {
+    if (!dims[i] || !box[i] || box[i] > 256 || element_strides[i] != 1) return INVALID_VALUE;
+    if (i + 1 < rank && (strides[i] & 15)) return INVALID_VALUE;
+    out[5 + i] = dims[i];
+    out[10 + i] = box[i];
+  }
+  if (rank > 1) out[15] = strides[0];
+  memcpy(map, out, sizeof out);
+  return OK;
+}

@@ -125,10 +125,11 @@ class KernelModule {
 
 // One launch from Python (flagos.kernels, flagos.triton_driver): on the flagos stream
 // `stream_id` of the device (None: the current one), recorded for the launch cache when a
-// launch-cached op's kernel is running.
+// launch-cached op's kernel is running. Each parameter is (is_pointer, bytes, bits), or
+// bytes passed by value (a tensor descriptor): a launch with one of those is not kept, as
+// its bytes embed addresses a relaunch cannot rewrite.
 void launch_from_python(int device, uintptr_t function, const std::vector<uint32_t>& grid,
-                        const std::vector<uint32_t>& block, uint32_t shared,
-                        const std::vector<std::tuple<bool, int, uint64_t>>& py_params,
+                        const std::vector<uint32_t>& block, uint32_t shared, const py::list& py_params,
                         std::optional<int64_t> stream_id, py::object keepalive) {
   TORCH_CHECK(grid.size() == 3 && block.size() == 3, "flagos: a launch takes a grid and a block "
               "of three dimensions each, got ", grid.size(), " and ", block.size());
@@ -138,28 +139,94 @@ void launch_from_python(int device, uintptr_t function, const std::vector<uint32
   std::copy(grid.begin(), grid.end(), l.grid);
   std::copy(block.begin(), block.end(), l.block);
   l.shared_bytes = shared;
-  std::vector<LaunchParam> params = launch_params(py_params);
+  // By-value parameters in 64-byte aligned storage (a CUtensorMap's alignment).
+  struct alignas(64) Block64 { unsigned char bytes[64]; };
+  std::vector<std::tuple<bool, int, uint64_t>> scalars;
+  std::vector<std::pair<size_t, std::string>> by_value;  // (position, bytes)
+  for (size_t i = 0; i < py_params.size(); ++i) {
+    py::handle item = py_params[i];
+    if (py::isinstance<py::bytes>(item)) {
+      by_value.emplace_back(i, item.cast<std::string>());
+    } else {
+      scalars.push_back(item.cast<std::tuple<bool, int, uint64_t>>());
+    }
+  }
+  std::vector<LaunchParam> params = launch_params(scalars);
   c10::Stream current = current_stream(l.device);
   c10::Stream stream = stream_id ? make_stream(l.device, *stream_id) : current;
+  size_t n = py_params.size();
   std::vector<uint64_t> values(params.size());
-  std::vector<void*> ptrs(params.size());
-  std::vector<size_t> sizes(params.size());
-  for (size_t i = 0; i < params.size(); ++i) {
-    values[i] = params[i].bits;
-    ptrs[i] = &values[i];  // little-endian: the low bytes of the slot are the value
-    sizes[i] = params[i].pointer ? sizeof(void*) : params[i].bytes;
+  std::vector<std::vector<Block64>> blobs;
+  std::vector<void*> ptrs(n);
+  std::vector<size_t> sizes(n);
+  for (size_t i = 0, s = 0, b = 0; i < n; ++i) {
+    if (b < by_value.size() && by_value[b].first == i) {
+      const std::string& bytes = by_value[b++].second;
+      blobs.emplace_back((bytes.size() + sizeof(Block64) - 1) / sizeof(Block64));
+      std::memcpy(blobs.back().data(), bytes.data(), bytes.size());
+      ptrs[i] = blobs.back().data();
+      sizes[i] = bytes.size();
+      continue;
+    }
+    values[s] = params[s].bits;
+    ptrs[i] = &values[s];  // little-endian: the low bytes of the slot are the value
+    sizes[i] = params[s].pointer ? sizeof(void*) : params[s].bytes;
+    ++s;
   }
   if (launch_recording()) {
-    record_hal_launch(l, std::move(params), PyObjectRef(keepalive.ptr()), stream == current);
+    if (by_value.empty()) {
+      record_hal_launch(l, std::move(params), PyObjectRef(keepalive.ptr()), stream == current);
+    } else {
+      spoil_launch_recording();
+    }
   }
   std::string error;
   flagos_status_t st;
   {
     py::gil_scoped_release release;
-    st = launch_kernel(l, stream, ptrs.data(), sizes.data(), static_cast<int>(ptrs.size()), &error);
+    st = launch_kernel(l, stream, ptrs.data(), sizes.data(), static_cast<int>(n), &error);
   }
   TORCH_CHECK(st == FLAGOS_SUCCESS, "flagos: launching a kernel on flagos:", device, " failed: ",
               error);
+}
+
+// kernel_encode_tensor_descriptor (ABI 1.5) of flagos:device: the descriptor's bytes, for a
+// launch parameter passed by value.
+py::bytes encode_tensor_descriptor(int device, uint64_t base, const std::vector<uint64_t>& shape,
+                                   const std::vector<int64_t>& strides, const std::vector<uint32_t>& block,
+                                   uint32_t element_size, int32_t element_type, int32_t swizzle,
+                                   bool fill_nan) {
+  auto index = static_cast<c10::DeviceIndex>(device);
+  const flagos_hal_table_t& t = kernel_hal(index);
+  const char* name = "?";
+  t.get_name(&name);
+  TORCH_CHECK_NOT_IMPLEMENTED(FLAGOS_HAL_HAS(&t, kernel_encode_tensor_descriptor), "flagos: the HAL '",
+                              name, "' of flagos:", device, " encodes no tensor descriptors (ABI 1.5, "
+                              "optional): kernels taking host tensor descriptors cannot run on it");
+  size_t n = shape.size();
+  TORCH_CHECK(n >= 1 && n <= FLAGOS_TENSOR_DESCRIPTOR_MAX_DIMS && strides.size() == n && block.size() == n,
+              "flagos: a tensor descriptor has 1 to ", FLAGOS_TENSOR_DESCRIPTOR_MAX_DIMS,
+              " dimensions, each with a size, a stride and a tile size; got ", shape.size(), ", ",
+              strides.size(), " and ", block.size());
+  flagos_tensor_descriptor_info_t info{};
+  info.struct_size = sizeof info;
+  info.ndim = static_cast<int32_t>(n);
+  info.base = base;
+  for (size_t i = 0; i < n; ++i) {
+    info.shape[i] = shape[i];
+    info.strides[i] = strides[i];
+    info.block_shape[i] = block[i];
+  }
+  info.element_size = element_size;
+  info.element_type = element_type;
+  info.swizzle = swizzle;
+  info.fill_nan = fill_nan ? 1 : 0;
+  alignas(64) unsigned char out[512];
+  size_t size = sizeof out;
+  flagos_status_t st = t.kernel_encode_tensor_descriptor(hal_device(index).local_index, &info, out, &size);
+  TORCH_CHECK(st == FLAGOS_SUCCESS, "flagos: encoding a tensor descriptor of ", n, " dimensions on flagos:",
+              device, " failed: ", last_error(t));
+  return py::bytes(reinterpret_cast<const char*>(out), size);
 }
 
 }  // namespace
@@ -186,6 +253,9 @@ void bind_hal_kernels(py::module& m) {
       .def("function", &KernelModule::function)
       .def("set_shared_memory", &KernelModule::set_shared_memory)
       .def_property_readonly("device", &KernelModule::device);
+  m.def("_kernel_encode_tensor_descriptor", &encode_tensor_descriptor, py::arg("device"), py::arg("base"),
+        py::arg("shape"), py::arg("strides"), py::arg("block"), py::arg("element_size"),
+        py::arg("element_type"), py::arg("swizzle"), py::arg("fill_nan"));
   m.def("_kernel_launch", &launch_from_python, py::arg("device"), py::arg("function"),
         py::arg("grid"), py::arg("block"), py::arg("shared"), py::arg("params"),
         py::arg("stream_id") = py::none(), py::arg("keepalive") = py::none());

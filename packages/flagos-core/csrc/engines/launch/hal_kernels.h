@@ -30,7 +30,8 @@ struct KernelLaunch {
 flagos_status_t launch_kernel(const KernelLaunch& l, const c10::Stream& stream, void* const* params,
                               const size_t* sizes, int n, std::string* error);
 
-// flagos._C: _kernel_formats, _kernel_target, _KernelModule, _kernel_launch.
+// flagos._C: _kernel_formats, _kernel_target, _KernelModule, _kernel_launch,
+// _kernel_encode_tensor_descriptor.
 void bind_hal_kernels(pybind11::module& m);
 
 }  // namespace flagos

@@ -25,6 +25,16 @@
 //
 // and the kit fills the table's kernel entries. A vendor class without `Module` leaves them
 // NULL: its table says (FLAGOS_HAL_HAS) that it has no kernel extension.
+//
+// The optional tensor descriptors (ABI 1.5): a vendor class with the kernel extension whose
+// Triton backend lowers host tensor descriptors to a value of its own also defines
+//
+//   // Encode `info` (checked: dimensions, base, innermost stride, tile, element size) for
+//   // a kernel on `device` into `out` (`*size` bytes of room): set *size to the bytes
+//   // written, or to the bytes needed and fail with INVALID_VALUE when they do not fit.
+//   static Status kernel_encode_tensor_descriptor(int device,
+//                                                 const flagos_tensor_descriptor_info_t& info,
+//                                                 void* out, size_t* size);
 #pragma once
 
 #include <cstring>
@@ -33,6 +43,7 @@
 #include <mutex>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "flagos_hal/flagos_hal.h"
@@ -78,6 +89,13 @@ template <class V, class = void>
 struct HasKernels : std::false_type {};
 template <class V>
 struct HasKernels<V, std::void_t<typename V::Module>> : std::true_type {};
+template <class V, class = void>
+struct HasTensorDescriptors : std::false_type {};
+template <class V>
+struct HasTensorDescriptors<V, std::void_t<decltype(V::kernel_encode_tensor_descriptor(
+                                   0, std::declval<const flagos_tensor_descriptor_info_t&>(),
+                                   static_cast<void*>(nullptr), static_cast<size_t*>(nullptr)))>>
+    : std::true_type {};
 }  // namespace detail
 
 // The kernel entries of Hal<V> (kit.hpp), for a vendor class with a Module.
@@ -277,6 +295,64 @@ struct KernelRuntime {
     }
     FLAGOS_KIT_TRY(H::enter_device(loaded->module->device));
     return V::module_unload(*loaded->module);
+  }
+
+  // kernel_encode_tensor_descriptor: the description checked against the ABI's rules,
+  // then the vendor's encoding.
+  static Status encode_tensor_descriptor(int device, const flagos_tensor_descriptor_info_t* info,
+                                         void* descriptor, size_t* size) {
+    constexpr const char* fn = "kernel_encode_tensor_descriptor";
+    if (!info || !size) return fail(FLAGOS_ERROR_INVALID_VALUE, "%s: info or size is NULL", fn);
+    if (info->struct_size < sizeof *info) {
+      return fail(FLAGOS_ERROR_INVALID_VALUE, "%s: info->struct_size is %u, want %zu", fn,
+                  info->struct_size, sizeof *info);
+    }
+    FLAGOS_KIT_TRY(H::require_device(device, fn));
+    int n = info->ndim;
+    if (n < 1 || n > FLAGOS_TENSOR_DESCRIPTOR_MAX_DIMS) {
+      return fail(FLAGOS_ERROR_INVALID_VALUE, "%s: %d dimensions, a descriptor has 1 to %d", fn, n,
+                  FLAGOS_TENSOR_DESCRIPTOR_MAX_DIMS);
+    }
+    if (info->base == 0) return fail(FLAGOS_ERROR_INVALID_VALUE, "%s: the base address is NULL", fn);
+    uint32_t es = info->element_size;
+    if (es != 1 && es != 2 && es != 4 && es != 8) {
+      return fail(FLAGOS_ERROR_INVALID_VALUE, "%s: element size %u, not 1, 2, 4 or 8 bytes", fn, es);
+    }
+    for (int d = 0; d < n; ++d) {
+      if (info->shape[d] == 0 || info->block_shape[d] == 0 || info->strides[d] < 1) {
+        return fail(FLAGOS_ERROR_INVALID_VALUE,
+                    "%s: dimension %d has size %llu, tile %u and stride %lld; each must be at least 1",
+                    fn, d, static_cast<unsigned long long>(info->shape[d]), info->block_shape[d],
+                    static_cast<long long>(info->strides[d]));
+      }
+    }
+    if (info->strides[n - 1] != 1) {
+      return fail(FLAGOS_ERROR_INVALID_VALUE, "%s: the innermost stride is %lld, a descriptor needs 1",
+                  fn, static_cast<long long>(info->strides[n - 1]));
+    }
+    // The tensor's memory: all of it inside one allocation where the HAL checks ranges,
+    // else at least its base on the device named where the HAL can tell.
+    const void* base = reinterpret_cast<const void*>(static_cast<uintptr_t>(info->base));
+    int owner = -1;
+    if constexpr (V::kCheckRanges) {
+      uint64_t last = 0;
+      for (int d = 0; d < n; ++d) last += (info->shape[d] - 1) * static_cast<uint64_t>(info->strides[d]);
+      size_t bytes = static_cast<size_t>((last + 1) * es);
+      owner = H::device_of_range(base, bytes);
+      if (owner < 0) {
+        return fail(FLAGOS_ERROR_INVALID_VALUE, "%s: the tensor at %p (%zu bytes) is not inside a live "
+                    "device allocation", fn, base, bytes);
+      }
+    } else {
+      owner = H::device_of_memory(base);
+    }
+    if (owner >= 0 && owner != device) {
+      return fail(FLAGOS_ERROR_INVALID_VALUE, "%s: the tensor is memory of device %d, not %d", fn, owner,
+                  device);
+    }
+    if (*size && !descriptor) return fail(FLAGOS_ERROR_INVALID_VALUE, "%s: descriptor is NULL", fn);
+    FLAGOS_KIT_TRY(H::enter_device(device));
+    return V::kernel_encode_tensor_descriptor(device, *info, descriptor, size);
   }
 
   // Dynamic shared memory a launch may ask for without function_set_shared_memory (CUDA's

@@ -248,6 +248,8 @@ class Hal {
   // For the kit's graph runtime (graph.hpp): the checks of the other calls.
   static Status require_device(int device, const char* fn) { return check_device(device, fn); }
   static int device_of_range(const void* p, size_t n) { return state().allocs.device_of_range(p, n); }
+  // For the tensor descriptors (kernels.hpp): the device owning memory at `p`, -1 unknown.
+  static int device_of_memory(const void* p) { return owner_of(p); }
   // For the kernel extension (kernels.hpp): the vendor's activate(device) before its calls.
   static Status enter_device(int device) { return activate(device); }
   // For the kernel extension: the fault injection and the vendor's intercept of `op`.
@@ -944,6 +946,9 @@ class Hal {
       t.function_set_shared_memory = detail::Guarded<&K::set_shared_memory>::call;
       t.launch_kernel = detail::Guarded<&K::launch>::call;
       t.module_unload = detail::Guarded<&K::unload>::call;
+      if constexpr (detail::HasTensorDescriptors<V>::value) {  // ABI 1.5
+        t.kernel_encode_tensor_descriptor = detail::Guarded<&K::encode_tensor_descriptor>::call;
+      }
     }
     if constexpr (detail::HasCapture<V>::value) {  // the optional stream capture (capture.hpp)
       using C = CaptureRuntime<V, Hal<V>>;
