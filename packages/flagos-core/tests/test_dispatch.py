@@ -480,8 +480,9 @@ def test_an_operator_made_where_a_destroyed_one_was_has_routes_of_its_own():
         new = torch.library.Library(f"flagos_test_reuse_new{i}", "DEF")
         new.define("f(Tensor x) -> Tensor")
         new.impl("f", lambda x: x + 2, "CPU")
+        x = torch.zeros(2, device="flagos")  # made first: routed factories count too
         flagos.routing.reset_stats()
-        out = getattr(torch.ops, f"flagos_test_reuse_new{i}").f(torch.zeros(2, device="flagos"))
+        out = getattr(torch.ops, f"flagos_test_reuse_new{i}").f(x)
         assert out.cpu().tolist() == [2.0, 2.0]
         assert list(flagos.routing.stats()) == [f"flagos_test_reuse_new{i}::f"]
         new._destroy()
