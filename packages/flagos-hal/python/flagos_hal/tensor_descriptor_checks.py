@@ -13,7 +13,6 @@ import struct
 
 from flagos_hal.binding import Hal, MemcpyKind, Status
 from flagos_hal.checks import Skip, check, expect, expect_status
-from flagos_hal.kernel_checks import SIM_FORMAT, _image
 
 # The element type and swizzle codes a valid description uses on each HAL: CUDA's
 # CU_TENSOR_MAP_DATA_TYPE_FLOAT32 (7) and no swizzle; the sim takes no codes (0).
@@ -85,6 +84,9 @@ def _tensor_descriptor_launch(hal: Hal):
     _needs_descriptors(hal)
     if not hal.has_kernels():
         raise Skip("the HAL has no kernel extension (optional, ABI 1.2)")
+    # imported here: kernel_checks imports checks, which imports this module
+    from flagos_hal.kernel_checks import SIM_FORMAT, _image
+
     fmt, image = _image(hal)
     if fmt != SIM_FORMAT:
         raise Skip(f"the suite has no kernel reading a descriptor in {fmt}; a Triton kernel with a "
