@@ -54,6 +54,7 @@ std::string check_kernels(const flagos_hal_sim_kernel_t* k) {
 
 KernelLibrary::~KernelLibrary() {
   if (handle) dlclose(handle);
+  if (fd >= 0) ::close(fd);
 }
 
 const char* Sim::kernel_formats() { return FLAGOS_SIM_KERNEL_FORMAT; }
@@ -78,8 +79,8 @@ Status Sim::module_load(Module& m, const char*, const void* image, size_t size) 
   char path[64];
   std::snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
   auto lib = std::make_shared<KernelLibrary>();
+  lib->fd = fd;
   lib->handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  ::close(fd);  // the mapping keeps the contents
   if (!lib->handle) {
     const char* err = dlerror();
     return kit::fail(FLAGOS_ERROR_INVALID_VALUE, "module_load: the image cannot be loaded: %s", err ? err : "?");

@@ -107,6 +107,9 @@ struct SimGraph : kit::GraphBase {
 // unloading the module while launches are pending is safe.
 struct KernelLibrary {
   void* handle = nullptr;
+  // The image's anonymous file, open while the library is loaded: dlopen knows a library
+  // by its path (/proc/self/fd/N), so no other image may get that path meanwhile.
+  int fd = -1;
   const flagos_hal_sim_kernel_t* kernels = nullptr;
   ~KernelLibrary();
 };
