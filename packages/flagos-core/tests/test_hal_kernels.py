@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import pathlib
-import shutil
 import subprocess
 import sys
 
@@ -31,16 +30,12 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def image(tmp_path_factory) -> bytes:
-    compiler = shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        pytest.skip("no C compiler to build the sim kernel library")
-    import flagos_hal
+    from flagos_hal import sim_kernels
 
-    src = pathlib.Path(__file__).parent / "sim_kernels" / "axpy.c"
-    lib = tmp_path_factory.mktemp("sim_kernels") / "libaxpy.so"
-    subprocess.run([compiler, "-shared", "-fPIC", "-O1", "-fvisibility=hidden",
-                    f"-I{flagos_hal.get_include()}", str(src), "-o", str(lib)], check=True)
-    return lib.read_bytes()
+    if sim_kernels.compiler() is None:
+        pytest.skip("no C compiler to build the sim kernel library")
+    return sim_kernels.build(pathlib.Path(__file__).parent / "sim_kernels" / "axpy.c",
+                             tmp_path_factory.mktemp("sim_kernels") / "libaxpy.so")
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,6 @@ compiled Triton kernels; a real one runs on the cuda HAL (test_triton_driver_gpu
 from __future__ import annotations
 
 import pathlib
-import shutil
-import subprocess
 from types import SimpleNamespace
 
 import pytest
@@ -23,17 +21,14 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture(scope="module")
-def module() -> kernels.KernelModule:
-    compiler = shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        pytest.skip("no C compiler to build the sim kernel library")
-    import flagos_hal
+def module(tmp_path_factory) -> kernels.KernelModule:
+    from flagos_hal import sim_kernels
 
-    src = pathlib.Path(__file__).parent / "sim_kernels" / "tiles.c"
-    out = pathlib.Path(subprocess.check_output(["mktemp", "-d"], text=True).strip()) / "libtiles.so"
-    subprocess.run([compiler, "-shared", "-fPIC", "-O1", "-fvisibility=hidden",
-                    f"-I{flagos_hal.get_include()}", str(src), "-o", str(out)], check=True)
-    return kernels.KernelModule(0, FORMAT, out.read_bytes())
+    if sim_kernels.compiler() is None:
+        pytest.skip("no C compiler to build the sim kernel library")
+    image = sim_kernels.build(pathlib.Path(__file__).parent / "sim_kernels" / "tiles.c",
+                              tmp_path_factory.mktemp("tiles") / "libtiles.so")
+    return kernels.KernelModule(0, FORMAT, image)
 
 
 def _expected(x: torch.Tensor, row: int, col: int, tile: tuple[int, int], fill: float) -> torch.Tensor:

@@ -4,11 +4,8 @@ library by its path, and the sim loads each image from an anonymous file)."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-
-import flagos_hal
 import pytest
+from flagos_hal import sim_kernels
 from flagos_hal.kernel_checks import SIM_FORMAT
 from flagos_hal.kernel_checks import _image as conformance_kernels
 
@@ -22,14 +19,9 @@ __attribute__((visibility("default"))) const flagos_hal_sim_kernel_t flagos_sim_
 
 @pytest.fixture(scope="module")
 def other_image(tmp_path_factory) -> bytes:
-    compiler = shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
+    if sim_kernels.compiler() is None:
         pytest.skip("no C compiler")
-    d = tmp_path_factory.mktemp("other")
-    (d / "other.c").write_text(OTHER)
-    subprocess.run([compiler, "-shared", "-fPIC", "-fvisibility=hidden", f"-I{flagos_hal.get_include()}",
-                    str(d / "other.c"), "-o", str(d / "libother.so")], check=True)
-    return (d / "libother.so").read_bytes()
+    return sim_kernels.build(OTHER, tmp_path_factory.mktemp("other") / "libother.so")
 
 
 def test_an_image_loaded_while_another_is_finds_its_own_kernels(hal, other_image):

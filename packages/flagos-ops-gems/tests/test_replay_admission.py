@@ -4,8 +4,6 @@ admitted; one that computes with ATen, or computes wrongly, is not."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -73,17 +71,13 @@ for op in kernels_:
 
 @pytest.fixture(scope="module")
 def image(tmp_path_factory) -> Path:
-    compiler = shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        pytest.skip("no C compiler to build the sim kernel library")
-    import flagos_hal
+    from flagos_hal import sim_kernels
 
-    d = tmp_path_factory.mktemp("sim_kernels")
-    (d / "scale.c").write_text(SCALE_C)
-    subprocess.run([compiler, "-shared", "-fPIC", "-O1", "-fvisibility=hidden",
-                    f"-I{flagos_hal.get_include()}", str(d / "scale.c"), "-o",
-                    str(d / "libscale.so")], check=True)
-    return d / "libscale.so"
+    if sim_kernels.compiler() is None:
+        pytest.skip("no C compiler to build the sim kernel library")
+    library = tmp_path_factory.mktemp("sim_kernels") / "libscale.so"
+    sim_kernels.build(SCALE_C, library)
+    return library
 
 
 def test_only_a_kernel_made_of_launches_that_compute_right_is_admitted(run_python, image) -> None:
