@@ -126,3 +126,22 @@ def sim_copy(tmp_path_factory: pytest.TempPathFactory) -> str:
     dst = tmp_path_factory.mktemp("hal") / "libflagos_hal_simcopy.so"
     shutil.copy(src, dst)
     return str(dst)
+
+
+@pytest.fixture(scope="session")
+def sim_kernel_image(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], bytes]:
+    """``image(name)``: the sim kernel library built from ``tests/sim_kernels/<name>.c``
+    (skips where no C compiler is found)."""
+    from flagos_hal import sim_kernels
+
+    if sim_kernels.compiler() is None:
+        pytest.skip("no C compiler to build the sim kernel library")
+    built: dict[str, bytes] = {}
+
+    def image(name: str) -> bytes:
+        if name not in built:
+            built[name] = sim_kernels.build(Path(__file__).parent / "sim_kernels" / f"{name}.c",
+                                            tmp_path_factory.mktemp(name) / f"lib{name}.so")
+        return built[name]
+
+    return image

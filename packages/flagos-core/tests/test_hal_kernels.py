@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-import pathlib
 import subprocess
 import sys
+import types
 
 import flagos.routing
 import pytest
@@ -29,13 +29,8 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture(scope="module")
-def image(tmp_path_factory) -> bytes:
-    from flagos_hal import sim_kernels
-
-    if sim_kernels.compiler() is None:
-        pytest.skip("no C compiler to build the sim kernel library")
-    return sim_kernels.build(pathlib.Path(__file__).parent / "sim_kernels" / "axpy.c",
-                             tmp_path_factory.mktemp("sim_kernels") / "libaxpy.so")
+def image(sim_kernel_image) -> bytes:
+    return sim_kernel_image("axpy")
 
 
 @pytest.fixture(scope="module")
@@ -236,18 +231,30 @@ class _Metadata:
     launch_cooperative_grid = launch_pdl = False
 
 
+class _TargetMetadata(_Metadata):
+    """A kernel compiled for a target of a known warp size (the sim's is 1 thread): its
+    launcher converts parameters in C++ (flagos._C._TypedLauncher)."""
+    target = types.SimpleNamespace(backend="", arch="", warp_size=1)
+
+
+@pytest.fixture(params=[_Metadata, _TargetMetadata], ids=["packed", "typed"])
+def metadata(request):
+    return request.param
+
+
 def test_no_triton_backend_compiles_for_sim():
     triton_driver = pytest.importorskip("flagos.triton_driver")
     with pytest.raises(RuntimeError, match="no Triton backend compiles for flagos:0"):
         triton_driver.target(0)
 
 
-def test_the_triton_driver_loads_and_launches_through_the_hal(image):
+def test_the_triton_driver_loads_and_launches_through_the_hal(image, metadata):
     triton_driver = pytest.importorskip("flagos.triton_driver")
     driver = triton_driver.HalDriver()
     _, function, _, _, max_threads = driver.utils.load_binary("axpy", image, 0, 0)
     assert max_threads == kernels.target(0).max_threads_per_block
-    launcher = driver.launcher_cls(_Source(), _Metadata())
+    launcher = driver.launcher_cls(_Source(), metadata())
+    assert (launcher.typed is None) == (metadata is _Metadata)
     x, y = torch.randn(999), torch.randn(999)
     fx, fy = x.to("flagos"), y.to("flagos")
     out = torch.empty_like(fx)
@@ -258,13 +265,13 @@ def test_the_triton_driver_loads_and_launches_through_the_hal(image):
     assert driver.get_active_torch_device() == torch.device("flagos", 0)
     # a kernel of a release whose launchers add scratch pointers gets them (the sim kernel
     # declares five parameters, so the HAL refuses the seven)
-    class Scratch(_Metadata):
+    class Scratch(metadata):
         global_scratch_size = profile_scratch_size = 0
         global_scratch_align = profile_scratch_align = 1
     with pytest.raises(RuntimeError, match="takes 5 arguments, 7 given"):
         driver.launcher_cls(_Source(), Scratch())(1, 1, 1, 0, function, None, None, None, None,
                                                    fx, fy, out, 1.0, 999, 4)
-    class Clusters(_Metadata):
+    class Clusters(metadata):
         num_ctas = 2
     with pytest.raises(NotImplementedError, match="num_ctas=2"):
         driver.launcher_cls(_Source(), Clusters())
@@ -280,12 +287,14 @@ def test_the_triton_driver_is_active_inside_its_block():
     assert triton.runtime.driver._active is before
 
 
-def test_triton_launches_are_kept_by_the_launch_cache(image):
+def test_triton_launches_are_kept_by_the_launch_cache(image, metadata):
     triton_driver = pytest.importorskip("flagos.triton_driver")
     driver = triton_driver.HalDriver()
     _, function, _, _, _ = driver.utils.load_binary("axpy", image, 0, 0)
-    launcher = driver.launcher_cls(_Source(), _Metadata())
-    lib = torch.library.Library("flagos_test_triton_driver", "DEF")
+    launcher = driver.launcher_cls(_Source(), metadata())
+    assert (launcher.typed is None) == (metadata is _Metadata)
+    ns = f"flagos_test_triton_driver_{metadata.__name__.lower()}"
+    lib = torch.library.Library(ns, "DEF")
     lib.define("axpy(Tensor x, Tensor y, float alpha) -> Tensor")
     calls = []
 
@@ -296,10 +305,10 @@ def test_triton_launches_are_kept_by_the_launch_cache(image):
                  x.numel(), 4)
         return out
 
-    launch_cache.register("flagos_test_triton_driver::axpy", "flagos", kernel)
+    launch_cache.register(f"{ns}::axpy", "flagos", kernel)
     try:
         x, y = torch.randn(50), torch.randn(50)
-        op = torch.ops.flagos_test_triton_driver.axpy
+        op = getattr(torch.ops, ns).axpy
         got = [op(x.to("flagos"), y.to("flagos"), 2.0).cpu() for _ in range(3)]
         assert calls == [2.0]
         for g in got:
@@ -308,13 +317,15 @@ def test_triton_launches_are_kept_by_the_launch_cache(image):
         lib._destroy()
 
 
-def test_a_launch_on_another_stream_runs_there_and_is_not_kept(image):
+def test_a_launch_on_another_stream_runs_there_and_is_not_kept(image, metadata):
     triton_driver = pytest.importorskip("flagos.triton_driver")
     driver = triton_driver.HalDriver()
     _, function, _, _, _ = driver.utils.load_binary("axpy", image, 0, 0)
-    launcher = driver.launcher_cls(_Source(), _Metadata())
+    launcher = driver.launcher_cls(_Source(), metadata())
+    assert (launcher.typed is None) == (metadata is _Metadata)
     side = torch.flagos.Stream()
-    lib = torch.library.Library("flagos_test_triton_side", "DEF")
+    ns = f"flagos_test_triton_side_{metadata.__name__.lower()}"
+    lib = torch.library.Library(ns, "DEF")
     lib.define("axpy(Tensor x, Tensor y) -> Tensor")
     calls = []
 
@@ -327,10 +338,10 @@ def test_a_launch_on_another_stream_runs_there_and_is_not_kept(image):
         torch.flagos.current_stream().wait_stream(side)
         return out
 
-    launch_cache.register("flagos_test_triton_side::axpy", "flagos", kernel)
+    launch_cache.register(f"{ns}::axpy", "flagos", kernel)
     try:
         x, y = torch.randn(40), torch.randn(40)
-        op = torch.ops.flagos_test_triton_side.axpy
+        op = getattr(torch.ops, ns).axpy
         got = [op(x.to("flagos"), y.to("flagos")).cpu() for _ in range(2)]
         assert calls == [1, 1]  # a relaunch would run on the current stream: not kept
         for g in got:

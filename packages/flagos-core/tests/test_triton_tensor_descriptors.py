@@ -7,7 +7,6 @@ compiled Triton kernels; a real one runs on the cuda HAL (test_triton_driver_gpu
 
 from __future__ import annotations
 
-import pathlib
 from types import SimpleNamespace
 
 import pytest
@@ -21,14 +20,8 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture(scope="module")
-def module(tmp_path_factory) -> kernels.KernelModule:
-    from flagos_hal import sim_kernels
-
-    if sim_kernels.compiler() is None:
-        pytest.skip("no C compiler to build the sim kernel library")
-    image = sim_kernels.build(pathlib.Path(__file__).parent / "sim_kernels" / "tiles.c",
-                              tmp_path_factory.mktemp("tiles") / "libtiles.so")
-    return kernels.KernelModule(0, FORMAT, image)
+def module(sim_kernel_image) -> kernels.KernelModule:
+    return kernels.KernelModule(0, FORMAT, sim_kernel_image("tiles"))
 
 
 def _expected(x: torch.Tensor, row: int, col: int, tile: tuple[int, int], fill: float) -> torch.Tensor:

@@ -294,7 +294,9 @@ class Event(torch.Event):
 
 def current_stream(device: DeviceLike = None) -> Stream:
     """The current stream of this thread on the device."""
-    return _wrap(torch.accelerator.current_stream(torch.device("flagos", _index(device))))
+    index = _index(device)
+    return Stream(stream_id=_C._current_stream_id(index), device_index=index,
+                  device_type=_flagos_type())
 
 
 def default_stream(device: DeviceLike = None) -> Stream:
@@ -302,6 +304,7 @@ def default_stream(device: DeviceLike = None) -> Stream:
     return Stream(stream_id=0, device_index=_index(device), device_type=_flagos_type())
 
 
+@functools.cache
 def _flagos_type() -> int:
     return torch.accelerator.current_stream(torch.device("flagos", 0)).device_type
 

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from flagos import _C
 
-__all__ = ["clear", "disabled", "pack_params", "record", "record_triton", "recording", "register",
+__all__ = ["clear", "disabled", "pack_params", "param_kinds", "record", "record_triton", "recording", "register",
            "stats", "triton_hook_set", "watched"]
 
 # Triton's scalar parameter types (the compiled kernel's signature) as C sizes
@@ -42,6 +42,9 @@ _INT_BYTES = {"i1": 1, "i8": 1, "i16": 2, "i32": 4, "i64": 8, "u1": 1, "u8": 1, 
               "u32": 4, "u64": 8}
 _FLOAT_FORMATS = {"fp16": ("<e", "<H", 2), "fp32": ("<f", "<I", 4), "f32": ("<f", "<I", 4),
                   "fp64": ("<d", "<Q", 8)}
+# Each mirrored type's parameter kind for flagos._C._TypedLauncher (typed_launch.cpp)
+_KINDS = {**{ty: str(n) for ty, n in _INT_BYTES.items()}, "fp16": "h", "bf16": "b", "fp32": "f",
+          "f32": "f", "fp64": "d", "constexpr": "c"}
 # The Triton releases whose CUDA launcher passes, after the kernel's own parameters, the
 # global and the profile scratch pointers (triton/backends/nvidia/driver.py)
 _TRITON_SCRATCH_PARAMS = {(3, 5): 2, (3, 6): 2}
@@ -179,6 +182,23 @@ def pack_params(types: Sequence[object], args: Sequence[object]
         else:
             return None
     return params
+
+
+def param_kinds(types: Sequence[object]) -> str | None:
+    """The parameter kinds of a kernel of Triton's ``types`` (its signature's values) as
+    ``flagos._C._TypedLauncher`` takes them: one character per type, ``p`` a pointer,
+    ``1`` ``2`` ``4`` ``8`` an integer of that many bytes, ``h`` ``b`` ``f`` ``d`` fp16,
+    bf16, fp32, fp64, ``c`` a constexpr; None where a type is not mirrored (tuples, tensor
+    descriptors)."""
+    kinds = []
+    for ty in types:
+        if not isinstance(ty, str):
+            return None
+        kind = "p" if ty.startswith("*") else _KINDS.get(ty)
+        if kind is None:
+            return None
+        kinds.append(kind)
+    return "".join(kinds)
 
 
 def triton_hook_set(hook: object) -> bool:

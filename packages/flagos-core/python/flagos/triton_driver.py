@@ -131,11 +131,30 @@ class HalLauncher:
         self.scratch = ([(getattr(metadata, "global_scratch_size", 0), getattr(metadata, "global_scratch_align", 1)),
                          (getattr(metadata, "profile_scratch_size", 0), getattr(metadata, "profile_scratch_align", 1))]
                         if hasattr(metadata, "global_scratch_size") else [])
+        # The launch with its parameters converted in C++ (its kinds fixed here, once), where
+        # every parameter is mirrored and no scratch memory is asked for; otherwise packed
+        # here at each launch.
+        kinds = launch_cache.param_kinds(self.types)
+        warp_size = getattr(target, "warp_size", 0)
+        self.typed = (_C._TypedLauncher(kinds + "z" * len(self.scratch), self.num_warps * warp_size,
+                                        self.shared)
+                      if kinds is not None and warp_size and not any(s for s, _ in self.scratch)
+                      else None)
 
     def __call__(self, grid_x: int, grid_y: int, grid_z: int, stream: object, function: int,
                  packed_metadata: object, launch_metadata: object, enter_hook: object,
                  exit_hook: object, *args: object) -> None:
-        device = torch.flagos.current_device()
+        device = _C._current_device()
+        module = self.utils.modules.get(function) if self.utils else None
+        hooked = enter_hook is not None and launch_metadata is not None
+        if self.typed is not None:
+            if hooked:
+                enter_hook(launch_metadata)
+            self.typed.launch(device, function, grid_x, grid_y, grid_z,
+                              stream if isinstance(stream, int) else None, module, args)
+            if exit_hook is not None and launch_metadata is not None:
+                exit_hook(launch_metadata)
+            return
         types: list[object] = self.types
         if triton_tensor_descriptors.has_descriptors(types):
             types, args = triton_tensor_descriptors.expand(types, args, self.tensordesc_meta,
@@ -155,11 +174,10 @@ class HalLauncher:
                 params.append((True, 8, 0))
         grid = [int(grid_x), int(grid_y), int(grid_z)]
         block = [self.num_warps * kernels.target(device).warp_size, 1, 1]
-        if enter_hook is not None and launch_metadata is not None:
+        if hooked:
             enter_hook(launch_metadata)
         # On the stream Triton asked for (its driver's get_current_stream, or the caller's);
         # recorded for the launch cache when it is the current one.
-        module = self.utils.modules.get(function) if self.utils else None
         _C._kernel_launch(device, function, grid, block, self.shared, params,
                           stream_id=stream if isinstance(stream, int) else None, keepalive=module)
         if exit_hook is not None and launch_metadata is not None:
@@ -191,7 +209,7 @@ class HalDriver(_driver_base()):
         return target(self.get_current_device())
 
     def get_current_stream(self, device: int | None = None) -> int:
-        return torch.flagos.current_stream(device).stream_id
+        return _C._current_stream_id(_C._current_device() if device is None else device)
 
     def get_active_torch_device(self) -> torch.device:
         return torch.device("flagos", self.get_current_device())
