@@ -16,6 +16,7 @@ import warnings
 from collections.abc import Callable
 from types import MappingProxyType
 
+from . import own_kernels
 from ._default_generator import draws_from_given_generator
 from ._flag_gems_device import draws_philox_seeds, prepare, vendor_and_backend
 from ._fused_adapters import fused_kernels
@@ -149,7 +150,9 @@ def _op_table(flag_gems, no_twin: bool = False,
         full = f"aten::{name}" if overload in ("", "default") else f"aten::{name}.{overload}"
         if functions is not None:
             functions[full] = fn
-        table[full] = guard_kernel(fn)  # kernels with layout assumptions: _kernel_guards.py
+        # kernels with layout assumptions (_kernel_guards.py); without a twin, the calls
+        # they would get wrong go to this package's own kernels where it has one
+        table[full] = guard_kernel(fn, own_kernels.kernel_for(full) if no_twin else None)
         if no_twin and full != "aten::multinomial" and _has_generator(full):
             table[full] = draws_philox_seeds(table[full])  # a flagos generator, read as Philox
     if "aten::multinomial" in table:  # draws from the default generator (_default_generator.py)

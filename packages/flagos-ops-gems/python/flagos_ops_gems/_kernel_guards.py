@@ -506,9 +506,11 @@ def _exactness_check(fn: Callable[..., object]) -> Callable[..., bool] | None:
     return None
 
 
-def guard_kernel(fn: Callable[..., object]) -> Callable[..., object]:
-    """``fn``, or, for one of the kernels above, ``fn`` returning NotImplemented (the call
-    is declined) where its result would differ from ATen's."""
+def guard_kernel(fn: Callable[..., object], own: Callable[..., object] | None = None
+                 ) -> Callable[..., object]:
+    """``fn``, or, for one of the kernels above, ``fn`` running only the calls it computes
+    as ATen does: the others go to ``own`` (a kernel of this package's, which may decline
+    a call too) where one is given, else are declined (NotImplemented)."""
     exact = _exactness_check(fn)
     if exact is None:
         return fn
@@ -520,7 +522,7 @@ def guard_kernel(fn: Callable[..., object]) -> Callable[..., object]:
         except Exception:  # noqa: BLE001 - arguments the condition did not foresee: decline
             ok = False
         if not ok:
-            return NotImplemented
+            return NotImplemented if own is None else own(*args, **kwargs)
         return fn(*args, **kwargs)
 
     return guarded

@@ -1,0 +1,151 @@
+"""flagos-ops-gems' own Triton kernels (flagos_ops_gems/own_kernels) against ATen, on CPU
+tensors under Triton's interpreter here (conftest) and compiled on a GPU; and the guard
+that gives them the calls FlagGems' kernels would get wrong."""
+
+from __future__ import annotations
+
+import importlib.util
+import textwrap
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from flagos_ops_gems import own_kernels
+from flagos_ops_gems._kernel_guards import guard_kernel
+
+DEVICE = "cpu" if torch.flagos.get_device_properties(0).hal == "sim" else "cuda"
+
+
+def _close(got: torch.Tensor, want: torch.Tensor) -> None:
+    assert got.dtype == want.dtype and got.shape == want.shape
+    # Triton's interpreter rounds float32 to bfloat16 by truncation, ATen to nearest: one
+    # unit in the last place apart
+    tol = {"rtol": 2**-7, "atol": 0} if want.dtype == torch.bfloat16 else {}
+    torch.testing.assert_close(got, want, **tol)
+
+
+def _randn(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.randn(*shape, device=DEVICE).to(dtype)
+
+
+MUL_CASES = {
+    "broadcast rows": lambda: (_randn(2, 1), _randn(1, 16)),
+    "rotary": lambda: (_randn(2, 8, 4, 16, dtype=torch.bfloat16),
+                       _randn(1, 8, 1, 16, dtype=torch.bfloat16)),
+    "expanded": lambda: (torch.full((), 3.0, device=DEVICE).expand(4, 8), _randn(4, 8)),
+    "transposed and contiguous": lambda: (_randn(8, 4).t(), _randn(4, 8)),
+    "strided": lambda: (_randn(6, 10)[:, ::2], _randn(6, 10)[:, 1::2]),
+    "channels last": lambda: (_randn(2, 3, 4, 5).to(memory_format=torch.channels_last),
+                              _randn(1, 3, 1, 1)),
+    "bf16 by float32": lambda: (_randn(4, 8, dtype=torch.bfloat16), _randn(4, 8)),
+    "0-dim float32 by bf16": lambda: (_randn(4, 8, dtype=torch.bfloat16),
+                                      torch.tensor(1.5, device=DEVICE)),
+    "float64": lambda: (_randn(3, 5, dtype=torch.float64), _randn(5, dtype=torch.float64)),
+    "float16 five dims merged": lambda: (_randn(2, 3, 4, 5, 6, dtype=torch.float16),
+                                         _randn(2, 3, 4, 5, 6, dtype=torch.float16)),
+    "empty": lambda: (_randn(0, 4), _randn(1, 4)),
+}
+
+
+@pytest.mark.parametrize("case", MUL_CASES)
+def test_mul_matches_aten(case: str) -> None:
+    a, b = MUL_CASES[case]()
+    got = own_kernels.kernel_for("aten::mul.Tensor")(a, b)
+    want = torch.mul(a, b)
+    _close(got, want)
+    if want.is_contiguous() or case == "channels last":
+        assert got.stride() == want.stride()
+
+
+def test_mul_declines_what_it_does_not_take() -> None:
+    mul = own_kernels.kernel_for("aten::mul.Tensor")
+    a = _randn(2, 3)
+    for x, y in [(a, 2.0), (a.int(), a.int()), (a, torch.randn(2, 3).to(torch.complex64)),
+                 (_randn(2, 2, 2, 2, 2), _randn(2, 2, 2, 2, 2).permute(4, 3, 2, 1, 0))]:
+        assert mul(x, y) is NotImplemented
+
+
+def _slice_grad(sizes: list[int], dim: int, start: int, end: int, step: int,
+                view: bool, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    x = torch.empty(sizes)
+    shape = list(x.narrow(dim, 0, sizes[dim])[(slice(None),) * dim + (slice(start, end, step),)]
+                 .shape)
+    if not view:
+        return _randn(*shape, dtype=dtype)
+    # a view: the first half of a wider tensor's last dimension, then transposed twice
+    wide = _randn(*shape[:-1], shape[-1] * 2, dtype=dtype)
+    return wide[..., :shape[-1]]
+
+
+SLICE_CASES = {
+    "rotary half": ([2, 8, 4, 16], 3, 0, 8, 1, True),
+    "second half": ([2, 8, 4, 16], 3, 8, 16, 1, True),
+    "rows with a step": ([10, 6], 0, 1, 9, 3, False),
+    "middle dim": ([3, 7, 5], 1, 2, 6, 1, True),
+    "negative bounds": ([4, 9], 1, -6, -1, 2, False),
+    "end past the size": ([4, 9], 1, 3, 2**62, 1, True),
+    "bf16": ([2, 3, 8], 2, 4, 8, 1, True),
+    "empty slice": ([4, 5], 1, 3, 3, 1, False),
+}
+
+
+@pytest.mark.parametrize("case", SLICE_CASES)
+def test_slice_backward_matches_aten(case: str) -> None:
+    sizes, dim, start, end, step, view = SLICE_CASES[case]
+    dtype = torch.bfloat16 if case == "bf16" else torch.float32
+    grad = _slice_grad(sizes, dim, start, end, step, view, dtype)
+    before = grad.clone()
+    got = own_kernels.kernel_for("aten::slice_backward")(grad, sizes, dim, start, end, step)
+    want = torch.ops.aten.slice_backward(grad, sizes, dim, start, end, step)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert got.is_contiguous()
+    assert torch.equal(grad, before)  # the gradient is not written
+
+
+def test_slice_backward_declines_a_gradient_of_another_shape() -> None:
+    kernel = own_kernels.kernel_for("aten::slice_backward")
+    assert kernel(_randn(4, 3), [4, 9], 1, 0, 4, 1) is NotImplemented
+    assert kernel(_randn(4, 3).to(torch.complex64), [4, 9], 1, 0, 3, 1) is NotImplemented
+
+
+def test_the_own_kernels_are_the_ops_listed() -> None:
+    assert set(own_kernels.OPS) == {"aten::mul.Tensor", "aten::slice_backward"}
+    assert own_kernels.kernel_for("aten::add.Tensor") is None
+
+
+HOPPER_MUL = '''
+import torch
+
+
+def mul(a, b):  # FlagGems' Hopper mul's indexing: both read flat, the result like a
+    out = torch.empty_like(a)
+    n = out.numel()
+    flat = lambda t: t.as_strided((n,), (1,))
+    torch.mul(flat(a), flat(b), out=flat(out))
+    return out
+'''
+
+
+def test_the_guard_gives_what_flaggems_would_get_wrong_to_the_own_kernel(tmp_path) -> None:
+    folder = tmp_path / "flag_gems" / "runtime" / "backend" / "_nvidia" / "hopper" / "ops"
+    folder.mkdir(parents=True)
+    (folder / "mul.py").write_text(textwrap.dedent(HOPPER_MUL))
+    spec = importlib.util.spec_from_file_location("hopper_mul_stand_in", folder / "mul.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    served = []
+
+    def own(a, b):
+        served.append((a.shape, b.shape))
+        return own_kernels.kernel_for("aten::mul.Tensor")(a, b)
+
+    mul = guard_kernel(module.mul, own)
+    a, b = _randn(2, 1), _randn(1, 16)
+    _close(mul(a, b), a * b)  # flat indexing would give a [2, 1] result
+    assert served == [(a.shape, b.shape)]
+    same = _randn(4, 8)
+    _close(mul(same, same), same * same)  # dense and alike: FlagGems' own kernel
+    assert len(served) == 1
+    assert guard_kernel(module.mul)(a, b) is NotImplemented  # no own kernel: declined
