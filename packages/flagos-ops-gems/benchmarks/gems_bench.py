@@ -280,13 +280,9 @@ def bench_model(quick: bool) -> Table:
     finally:
         timer.close()
         flagos.routing.reset()
-    used: dict[str, int] = {}
-    on_cpu: dict[str, int] = {}
-    for op, per in flagos.routing.stats().items():
-        for provider, st in per.items():
-            used[provider] = used.get(provider, 0) + st["calls"]
-            if provider == "cpu":
-                on_cpu[op] = on_cpu.get(op, 0) + st["calls"]
+    from flagos_ops_gems.warm import calls_by_provider
+
+    used, on_cpu = calls_by_provider(flagos.routing.stats())
     f, c = results["flagos-gems"], results["cuda+FlagGems"]
     tok = batch * seq
     table.add(f"TinyLlama {cfg.n_layers}x{cfg.dim}", tok / f, tok / c, c / f)
