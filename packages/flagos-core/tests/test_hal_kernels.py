@@ -263,6 +263,14 @@ def test_the_triton_driver_loads_and_launches_through_the_hal(image, metadata):
              fx, fy, out, -1.5, 999, 4)
     torch.testing.assert_close(out.cpu(), -1.5 * x + y)
     assert driver.get_active_torch_device() == torch.device("flagos", 0)
+    # Triton's launch hooks run around the launch, given its launch metadata
+    seen = []
+    launcher((999 + 3) // 4, 1, 1, driver.get_current_stream(0), function, None, "meta",
+             lambda m: seen.append(("enter", m, out.clone().cpu())),
+             lambda m: seen.append(("exit", m)), fx, fy, out, 2.0, 999, 4)
+    assert [s[:2] for s in seen] == [("enter", "meta"), ("exit", "meta")]
+    torch.testing.assert_close(seen[0][2], -1.5 * x + y)  # before the launch
+    torch.testing.assert_close(out.cpu(), 2.0 * x + y)
     # a kernel of a release whose launchers add scratch pointers gets them (the sim kernel
     # declares five parameters, so the HAL refuses the seven)
     class Scratch(metadata):
