@@ -11,7 +11,6 @@
 #include "engines/cpu/cpu_engine.h"
 #include "engines/external/external_engine.h"
 #include "engines/launch/launch_cache.h"
-#include "engines/launch/typed_launch.h"
 #include "engines/twin/twin_engine.h"
 #include "graph/graph.h"
 #include "profiler/kineto_plugin.h"
@@ -269,7 +268,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_routing_stats", &flagos::routing_stats);
   m.def("_reset_routing_stats", &flagos::reset_routing_stats);
 
-  // Kernels through the HAL (engines/launch/hal_kernels.h, typed_launch.h; flagos/kernels.py).
+  // Kernels through the HAL (engines/launch/hal_kernels.h; flagos/kernels.py).
   flagos::bind_hal_kernels(m);
   flagos::bind_typed_launch(m);
   // The launch cache (engines/launch/launch_cache.h; flagos/launch_cache.py).

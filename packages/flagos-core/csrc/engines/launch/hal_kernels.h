@@ -34,4 +34,11 @@ flagos_status_t launch_kernel(const KernelLaunch& l, const c10::Stream& stream, 
 // _kernel_encode_tensor_descriptor.
 void bind_hal_kernels(pybind11::module& m);
 
+// flagos._C._TypedLauncher and _current_stream_id (typed_launch.cpp): launches of one
+// compiled kernel from Python with its parameters converted in C++. The kinds of its
+// parameters are fixed once (from the kernel's signature), and each launch turns the
+// Python values straight into parameter slots: the launch path of flagos.triton_driver,
+// where a Triton launch's host cost is a small op's whole budget.
+void bind_typed_launch(pybind11::module& m);
+
 }  // namespace flagos

@@ -1,6 +1,4 @@
-// flagos._C._TypedLauncher: see typed_launch.h.
-#include "engines/launch/typed_launch.h"
-
+// flagos._C._TypedLauncher (declared in hal_kernels.h).
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 #include <c10/util/SmallVector.h>
@@ -13,7 +11,7 @@
 
 #include "engines/launch/hal_kernels.h"
 #include "engines/launch/launch_cache.h"
-#include "engines/python/python_bridge.h"
+#include "engines/python/python_engine.h"
 #include "runtime/stream.h"
 
 namespace py = pybind11;
