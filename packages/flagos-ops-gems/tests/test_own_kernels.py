@@ -110,8 +110,67 @@ def test_slice_backward_declines_a_gradient_of_another_shape() -> None:
     assert kernel(_randn(4, 3).to(torch.complex64), [4, 9], 1, 0, 3, 1) is NotImplemented
 
 
+def _nll_case(n: int, c: int, reduction: int, weighted: bool, ignored: bool,
+              dtype: torch.dtype = torch.float32) -> tuple:
+    logits = _randn(n, c, dtype=dtype) if n else _randn(c, dtype=dtype)
+    target = torch.randint(0, c, (n,) if n else (), device=DEVICE)
+    if ignored and n:
+        target[::3] = -100
+    weight = torch.rand(c, device=DEVICE).to(dtype) + 0.5 if weighted else None
+    x = logits.log_softmax(-1)
+    _, total = torch.ops.aten.nll_loss_forward(x, target, weight, reduction, -100)
+    grad = _randn(n, dtype=dtype) if reduction == 0 and n else torch.tensor(
+        1.7, device=DEVICE).to(dtype)
+    return grad, x, target, weight, reduction, -100, total
+
+
+NLL_CASES = {
+    "mean": (6, 1000, 1, False, False),
+    "mean, weighted, ignored rows": (7, 2500, 1, True, True),
+    "sum, ignored rows": (5, 33, 2, False, True),
+    "none, weighted": (4, 17, 0, True, False),
+    "one sample (1-d input)": (0, 40, 1, True, False),
+    "bf16 mean, ignored rows": (9, 300, 1, False, True),
+    "every row ignored": (3, 10, 1, False, "all"),
+}
+
+
+@pytest.mark.parametrize("case", NLL_CASES)
+def test_nll_loss_backward_matches_aten(case: str) -> None:
+    n, c, reduction, weighted, ignored = NLL_CASES[case]
+    dtype = torch.bfloat16 if case.startswith("bf16") else torch.float32
+    args = _nll_case(n, c, reduction, weighted, bool(ignored), dtype)
+    if ignored == "all":
+        args[2].fill_(-100)
+    got = own_kernels.kernel_for("aten::nll_loss_backward")(*args)
+    want = torch.ops.aten.nll_loss_backward(*args)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    torch.testing.assert_close(got, want, rtol=2**-7 if dtype == torch.bfloat16 else 1e-6,
+                               atol=1e-6)
+
+
+def test_nll_loss_backward_names_a_target_out_of_range() -> None:
+    args = list(_nll_case(4, 10, 1, False, False))
+    args[2][2] = 10
+    with pytest.raises(IndexError, match="Target 10 is out of bounds"):
+        own_kernels.kernel_for("aten::nll_loss_backward")(*args)
+    args[2][2] = -3
+    with pytest.raises(IndexError, match="Target -3 is out of bounds"):
+        own_kernels.kernel_for("aten::nll_loss_backward")(*args)
+
+
+def test_nll_loss_backward_declines_what_it_does_not_take() -> None:
+    kernel = own_kernels.kernel_for("aten::nll_loss_backward")
+    grad, x, target, weight, reduction, ignore, total = _nll_case(4, 10, 1, False, False)
+    assert kernel(grad, x.view(2, 2, 10), target, weight, reduction, ignore, total) \
+        is NotImplemented  # 3-d: nll_loss2d's
+    assert kernel(grad, x, target[:3], weight, reduction, ignore, total) is NotImplemented
+    assert kernel(grad, x.int(), target, weight, reduction, ignore, total) is NotImplemented
+
+
 def test_the_own_kernels_are_the_ops_listed() -> None:
-    assert set(own_kernels.OPS) == {"aten::mul.Tensor", "aten::slice_backward"}
+    assert set(own_kernels.OPS) == {"aten::mul.Tensor", "aten::slice_backward",
+                                    "aten::nll_loss_backward"}
     assert own_kernels.kernel_for("aten::add.Tensor") is None
 
 

@@ -1,6 +1,7 @@
 """Triton kernels of flagos-ops-gems' own, for calls FlagGems computes wrong.
 
-FlagGems' guarded kernels (``_kernel_guards.py``) decline the calls they would get wrong.
+FlagGems' guarded kernels (``_kernel_guards.py``) decline the calls they would get wrong
+(some, all of them).
 With a twin device the chain's next provider runs them on the twin's own kernels; without
 one (``FLAGOS_NO_TWIN=1``, a chip without CUDA) the next provider would be the CPU
 fallback, a round trip through host memory. For those calls the gems provider runs a
@@ -10,7 +11,11 @@ kernel of its own instead, one op per module here, each tested against ATen
 - ``aten::mul.Tensor`` (:mod:`.mul`): operands of any strides and broadcast shapes
   (FlagGems' Hopper ``mul`` reads both flat, as if dense and of the result's shape);
 - ``aten::slice_backward`` (:mod:`.slice_backward`): a gradient of any strides (FlagGems'
-  reads it as contiguous; a rotary embedding's half is a view).
+  reads it as contiguous; a rotary embedding's half is a view);
+- ``aten::nll_loss_backward`` (:mod:`.nll_loss_backward`): rows with an ignored target
+  (FlagGems' kernel stores a zero at the ignored index's column, outside the row; it is
+  never run), so a language model's loss gradient, the size of its logits, stays on the
+  device.
 
 Each kernel returns ``NotImplemented`` for a call it does not take (the chain's next
 provider runs it): other dtypes, more than four dimensions after merging.
@@ -26,6 +31,7 @@ __all__ = ["OPS", "kernel_for"]
 # op -> (module, function)
 OPS: dict[str, tuple[str, str]] = {
     "aten::mul.Tensor": ("mul", "mul"),
+    "aten::nll_loss_backward": ("nll_loss_backward", "nll_loss_backward"),
     "aten::slice_backward": ("slice_backward", "slice_backward"),
 }
 
