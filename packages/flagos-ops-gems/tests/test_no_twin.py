@@ -70,6 +70,61 @@ def test_a_library_loaded_for_flagos_runs_on_flagos_tensors(run_python) -> None:
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr
 
 
+SCALARS_WITHOUT_A_TWIN = r"""
+import flagos, torch
+from flagos_ops_gems import KernelLibrary, register_library
+
+got = []
+
+
+def div(self, other):
+    got.append(other if not isinstance(other, torch.Tensor) else other.device.type)
+    return torch.div(self, other)  # the same op again: the route's next provider runs it
+
+
+def mul_(self, other):
+    got.append(("mul_", other))
+    return NotImplemented
+
+
+class Probe(KernelLibrary):
+    name = "scalar probe"
+
+    def load(self):
+        return {"aten::div.Tensor": div, "aten::mul_.Tensor": mul_}, frozenset({"flagos"})
+
+
+flagos.routing.register_provider(register_library("probe", Probe()))
+with flagos.routing.override({"default": ["probe", "cpu"]}):
+    a = torch.randn(6)
+    x = a.to("flagos")
+    # the Python scalar of `x / 2.0` reaches the kernel as the scalar it was
+    torch.testing.assert_close((x / 2.0).cpu(), a / 2.0)
+    n = torch.arange(6)
+    r = n.to("flagos") / 4
+    assert r.dtype == torch.float32 and torch.equal(r.cpu(), n / 4), r
+    assert got == [2.0, 4] and type(got[1]) is int, got
+    # a 0-dim CPU tensor the caller made is declined before the kernel (its device kernels
+    # cannot read host memory), as is an in-place op's scalar (an error there would not
+    # decline the call)
+    got.clear()
+    torch.testing.assert_close((x / torch.tensor(2.0)).cpu(), a / 2.0)
+    y = x.clone()
+    y.mul_(3.0)
+    torch.testing.assert_close(y.cpu(), a * 3.0)
+    assert got == [], got
+    assert flagos.routing.stats()["aten::div.Tensor"]["probe"]["calls"] == 2
+print("ok")
+"""
+
+
+def test_a_functional_ops_python_scalars_reach_the_kernel_without_a_twin(run_python) -> None:
+    # Without a twin, declining a call for its wrapped number would send every tensor of it
+    # through host memory (the CPU fallback).
+    r = run_python(SCALARS_WITHOUT_A_TWIN, env=NO_TWIN)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr
+
+
 FLAG_GEMS_ON_FLAGOS = r"""
 import warnings
 import flagos, torch

@@ -88,24 +88,33 @@ const ResolvedKernel& kernel_for(const PyObjectRef& resolver, const c10::Operato
   return *entry.kernel;
 }
 
-// Whether a tensor argument lies in host memory while the twin is a device: a CPU scalar
-// tensor, which ATen accepts beside device tensors (`x * torch.tensor(0.5)`), and which a
-// library's device kernels cannot read (a Triton kernel given its pointer raises).
-bool has_host_tensor(const torch::jit::Stack& stack, size_t num_args) {
-  auto on_host = [](const at::Tensor& t) { return t.defined() && t.is_cpu(); };
+// Whether a tensor argument (or a tensor of a list argument) satisfies `pred`.
+template <typename Pred>
+bool any_tensor_argument(const torch::jit::Stack& stack, size_t num_args, Pred pred) {
   for (size_t i = stack.size() - num_args; i < stack.size(); ++i) {
     const c10::IValue& v = stack[i];
     if (v.isTensor()) {
-      if (on_host(v.toTensor())) return true;
+      if (pred(v.toTensor())) return true;
     } else if (v.isTensorList()) {
       for (const at::Tensor& t : v.toTensorList().vec())
-        if (on_host(t)) return true;
+        if (pred(t)) return true;
     } else if (v.isList()) {  // Tensor?[]
       for (const c10::IValue& e : v.toListRef())
-        if (e.isTensor() && on_host(e.toTensor())) return true;
+        if (e.isTensor() && pred(e.toTensor())) return true;
     }
   }
   return false;
+}
+
+// A tensor argument in host memory while the twin is a device: a CPU scalar tensor, which
+// ATen accepts beside device tensors (`x * torch.tensor(0.5)`), and which a library's
+// device kernels cannot read (a Triton kernel given its pointer raises).
+bool on_host(const at::Tensor& t) { return t.defined() && t.is_cpu(); }
+
+// ... other than a wrapped number: the Python scalar of `x / 2.0` or `x * 3`, which ATen
+// passes as a 0-dim CPU tensor where the schema takes a Tensor.
+bool on_host_not_wrapped(const at::Tensor& t) {
+  return on_host(t) && !t.unsafeGetTensorImpl()->is_wrapped_number();
 }
 
 // The library's kernel on the call's arguments; a kernel of a library whose wrappers raise on
@@ -147,6 +156,24 @@ bool run_direct(const ResolvedKernel& resolved, const c10::OperatorHandle& op,
   return call_kernel(resolved, op, stack);
 }
 
+// run_direct with each wrapped number among the arguments replaced by its value (a Python
+// scalar to the kernel); the arguments as they were where the kernel declines.
+bool run_with_python_scalars(const ResolvedKernel& resolved, const c10::OperatorHandle& op,
+                             torch::jit::Stack* stack) {
+  size_t n = op.schema().arguments().size();
+  std::vector<std::pair<size_t, c10::IValue>> replaced;
+  for (size_t i = stack->size() - n; i < stack->size(); ++i) {
+    c10::IValue& v = (*stack)[i];
+    if (v.isTensor() && on_host(v.toTensor())) {
+      c10::IValue scalar(v.toTensor().item());
+      replaced.emplace_back(i, std::exchange(v, std::move(scalar)));
+    }
+  }
+  if (run_direct(resolved, op, stack)) return true;
+  for (auto& [i, v] : replaced) (*stack)[i] = std::move(v);
+  return false;
+}
+
 }  // namespace
 
 bool run_foreign(const PyObjectRef& resolver, const c10::OperatorHandle& op,
@@ -154,10 +181,16 @@ bool run_foreign(const PyObjectRef& resolver, const c10::OperatorHandle& op,
   const ResolvedKernel& resolved = kernel_for(resolver, op);
   if (!resolved.kernel) return false;
   auto twin = twin_device_type(device);
+  size_t n = op.schema().arguments().size();
   // A device's kernels cannot read a CPU scalar tensor that ATen takes beside its tensors.
-  if ((!twin || *twin != c10::DeviceType::CPU) &&
-      has_host_tensor(*stack, op.schema().arguments().size()))
-    return false;
+  if ((!twin || *twin != c10::DeviceType::CPU) && any_tensor_argument(*stack, n, on_host)) {
+    // Without a twin the next provider would be the CPU fallback, a round trip of every
+    // tensor through host memory: a functional op's wrapped numbers are given to the
+    // kernel as the Python scalars they were (kernel libraries take scalars there).
+    if (twin || !resolved.declines_on_error || any_tensor_argument(*stack, n, on_host_not_wrapped))
+      return false;
+    return run_with_python_scalars(resolved, op, stack);
+  }
   // No twin (opaque memory): a library serves such devices only when loaded for flagos
   // devices (its provider says which HALs it runs on).
   if (!twin) {
