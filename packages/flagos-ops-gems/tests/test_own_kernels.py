@@ -168,10 +168,65 @@ def test_nll_loss_backward_declines_what_it_does_not_take() -> None:
     assert kernel(grad, x.int(), target, weight, reduction, ignore, total) is NotImplemented
 
 
+class _Library:
+    """A stand-in for FlagGems' own kernel of an op: ATen's, recording its calls."""
+
+    def __init__(self, fn) -> None:
+        self.fn, self.calls = fn, []
+
+    def __call__(self, *args, **kwargs):
+        self.calls.append((args, kwargs))
+        return self.fn(*args, **kwargs)
+
+
+def test_cat_promotes_dtypes_and_copies_a_lone_tensor() -> None:
+    library = _Library(torch.cat)
+    cat = own_kernels.kernel_for("aten::cat", library)
+    x = _randn(2, 3)
+    empty = torch.tensor([], device=DEVICE)
+    for tensors, dim in [([empty, x], -2), ([x, empty], 0)]:
+        got = cat(tensors, dim)
+        assert torch.equal(got, torch.cat(tensors, dim)) and got.data_ptr() != x.data_ptr()
+    assert library.calls == []  # a lone tensor: copied, FlagGems' cat not called
+    half = _randn(2, 3, dtype=torch.float16)
+    mixed = [half, x, torch.tensor([], dtype=torch.float64, device=DEVICE)]
+    want = torch.cat(mixed)
+    got = cat(mixed)
+    assert got.dtype == want.dtype == torch.float64 and torch.equal(got, want)
+    (given, _), = library.calls
+    assert {t.dtype for t in given[0]} == {torch.float64} and len(given[0]) == 2
+    nhwc = _randn(2, 3, 4, 5).to(memory_format=torch.channels_last)
+    assert cat([empty, nhwc], 1).is_contiguous(memory_format=torch.channels_last)
+    assert cat([empty, empty]).shape == (0,)
+    assert cat([]) is NotImplemented
+    assert cat([empty, x], 5) is NotImplemented  # ATen's error, from the next provider
+
+
+def test_integer_sums_accumulate_as_aten_does() -> None:
+    mask = torch.ones(300, dtype=torch.bool, device=DEVICE)
+    small = torch.full((4, 100), 100, dtype=torch.int8, device=DEVICE)
+    for op, args, kwargs in [("aten::sum", (mask,), {}),
+                             ("aten::sum", (small,), {}),
+                             ("aten::sum", (small,), {"dtype": torch.int32}),
+                             ("aten::sum.dim_IntList", (small, [1]), {}),
+                             ("aten::sum.dim_IntList", (mask.view(3, 100), [0], True), {})]:
+        library = _Library(torch.sum)
+        got = own_kernels.kernel_for(op, library)(*args, **kwargs)
+        want = torch.sum(*args, **kwargs)
+        assert got.dtype == want.dtype and torch.equal(got, want), (op, args, kwargs)
+        (given, _), = library.calls
+        assert given[0].dtype == kwargs.get("dtype", torch.int64)
+    kernel = own_kernels.kernel_for("aten::sum", _Library(torch.sum))
+    assert kernel(_randn(3)) is NotImplemented  # floating: FlagGems' own sum
+    assert kernel(small, dtype=torch.float32) is NotImplemented
+
+
 def test_the_own_kernels_are_the_ops_listed() -> None:
     assert set(own_kernels.OPS) == {"aten::mul.Tensor", "aten::slice_backward",
-                                    "aten::nll_loss_backward"}
+                                    "aten::nll_loss_backward", "aten::cat", "aten::sum",
+                                    "aten::sum.dim_IntList"}
     assert own_kernels.kernel_for("aten::add.Tensor") is None
+    assert own_kernels.kernel_for("aten::cat") is None  # it needs the library's cat
 
 
 HOPPER_MUL = '''

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from types import MappingProxyType
 
 from . import own_kernels
+from ._conv_adapter import conv_kernels
 from ._default_generator import draws_from_given_generator
 from ._flag_gems_device import draws_philox_seeds, prepare, vendor_and_backend
 from ._fused_adapters import fused_kernels
@@ -152,12 +153,15 @@ def _op_table(flag_gems, no_twin: bool = False,
             functions[full] = fn
         # kernels with layout assumptions (_kernel_guards.py); without a twin, the calls
         # they would get wrong go to this package's own kernels where it has one
-        table[full] = guard_kernel(fn, own_kernels.kernel_for(full) if no_twin else None)
+        table[full] = guard_kernel(fn, own_kernels.kernel_for(full, fn) if no_twin else None)
         if no_twin and full != "aten::multinomial" and _has_generator(full):
             table[full] = draws_philox_seeds(table[full])  # a flagos generator, read as Philox
     if "aten::multinomial" in table:  # draws from the default generator (_default_generator.py)
         table["aten::multinomial"] = draws_from_given_generator(table["aten::multinomial"])
     for op, fn in fused_kernels(flag_gems).items():
         table.setdefault(op, fn)
+    if no_twin:  # with a twin, boxing runs the twin's own convolution (cuDNN on CUDA)
+        for op, fn in conv_kernels(flag_gems).items():
+            table.setdefault(op, fn)
     return table, recorder.device.name
 

@@ -1,7 +1,6 @@
-"""Triton kernels of flagos-ops-gems' own, for calls FlagGems computes wrong.
+"""Kernels of flagos-ops-gems' own, for calls FlagGems computes wrong.
 
-FlagGems' guarded kernels (``_kernel_guards.py``) decline the calls they would get wrong
-(some, all of them).
+FlagGems' guarded kernels (``_kernel_guards.py``) decline the calls they would get wrong.
 With a twin device the chain's next provider runs them on the twin's own kernels; without
 one (``FLAGOS_NO_TWIN=1``, a chip without CUDA) the next provider would be the CPU
 fallback, a round trip through host memory. For those calls the gems provider runs a
@@ -15,32 +14,49 @@ kernel of its own instead, one op per module here, each tested against ATen
 - ``aten::nll_loss_backward`` (:mod:`.nll_loss_backward`): rows with an ignored target
   (FlagGems' kernel stores a zero at the ignored index's column, outside the row; it is
   never run), so a language model's loss gradient, the size of its logits, stays on the
-  device.
+  device;
+- ``aten::cat`` (:mod:`.cat`): several dtypes, or one tensor beside legacy empty ones (a
+  key-value cache's first update), which FlagGems returns itself instead of a copy;
+- ``aten::sum`` (:mod:`.sum`): integers and bools, summed in int64 as ATen does (FlagGems
+  sums them in their own dtype).
+
+The last two hand the calls FlagGems computes as ATen does to FlagGems' own kernel, with
+the inputs cast or the lone tensor copied (on the device, through other ops).
 
 Each kernel returns ``NotImplemented`` for a call it does not take (the chain's next
 provider runs it): other dtypes, more than four dimensions after merging.
+The Triton kernels run on any chip whose Triton backend compiles them.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable
 
-__all__ = ["OPS", "kernel_for"]
+__all__ = ["LIBRARY_KERNEL_OPS", "OPS", "kernel_for"]
 
-# op -> (module, function)
+# op -> (module, function); the kernels of LIBRARY_KERNEL_OPS take the library's own
+# kernel of the op first (they hand it the calls it computes as ATen does)
 OPS: dict[str, tuple[str, str]] = {
     "aten::mul.Tensor": ("mul", "mul"),
     "aten::nll_loss_backward": ("nll_loss_backward", "nll_loss_backward"),
     "aten::slice_backward": ("slice_backward", "slice_backward"),
+    "aten::cat": ("cat", "cat"),
+    "aten::sum": ("sum", "sum"),
+    "aten::sum.dim_IntList": ("sum", "sum"),
 }
+LIBRARY_KERNEL_OPS = frozenset({"aten::cat", "aten::sum", "aten::sum.dim_IntList"})
 
 
-def kernel_for(op: str) -> Callable[..., object] | None:
-    """This package's kernel for ``op``, or None where it has none (Triton is imported
-    here, when one is asked for)."""
+def kernel_for(op: str, library_kernel: Callable[..., object] | None = None
+               ) -> Callable[..., object] | None:
+    """This package's kernel for ``op``, or None where it has none (or it needs the
+    library's ``library_kernel`` of the op and none is given). Triton is imported here,
+    when a kernel is asked for."""
     entry = OPS.get(op)
-    if entry is None:
+    if entry is None or (op in LIBRARY_KERNEL_OPS and library_kernel is None):
         return None
     module, function = entry
-    return getattr(importlib.import_module(f"{__name__}.{module}"), function)
+    kernel = getattr(importlib.import_module(f"{__name__}.{module}"), function)
+    return functools.partial(kernel, library_kernel) if op in LIBRARY_KERNEL_OPS else kernel

@@ -1,0 +1,31 @@
+"""``aten::sum`` and ``aten::sum.dim_IntList`` of integer and bool tensors.
+
+ATen sums integers and bools in int64 (or the ``dtype`` asked for); FlagGems 5.0 sums
+them in the input's own dtype, so a bool mask's count saturates and an int8 sum
+overflows. This kernel casts the input to the dtype ATen accumulates in and hands it to
+FlagGems' own ``sum``, which sums a tensor in its dtype (the cast is ``_to_copy``, served
+on the device).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+__all__ = ["sum"]
+
+
+def sum(library_sum: Callable[..., torch.Tensor], inp: torch.Tensor, *args: object,
+        dtype: torch.dtype | None = None, **kwargs: object) -> torch.Tensor:
+    """``torch.sum(inp, *args, dtype=dtype)`` of an integer or bool ``inp`` as ATen computes
+    it; NotImplemented for floating and complex inputs (FlagGems' own sum serves those) and
+    for a floating ``dtype``."""
+    if not isinstance(inp, torch.Tensor) or inp.dtype.is_floating_point or inp.is_complex():
+        return NotImplemented
+    target = torch.int64 if dtype is None else dtype
+    if target.is_floating_point or target.is_complex or target == torch.bool:
+        return NotImplemented
+    if kwargs.get("out") is not None:
+        return NotImplemented
+    return library_sum(inp.to(target), *args, dtype=target, **kwargs)
