@@ -168,6 +168,67 @@ def test_nll_loss_backward_declines_what_it_does_not_take() -> None:
     assert kernel(grad, x.int(), target, weight, reduction, ignore, total) is NotImplemented
 
 
+GROUP_NORM_CASES = {
+    "96 channels in 32 groups": (2, 96, 8, 8, 32, True, True, torch.float32),
+    "320 channels in 32 groups": (1, 320, 4, 4, 32, True, True, torch.float32),
+    "no affine": (3, 12, 5, 7, 4, False, False, torch.float32),
+    "weight only, bf16": (2, 24, 6, 6, 8, True, False, torch.bfloat16),
+    "one group, large": (1, 6, 40, 40, 1, True, True, torch.float32),
+    "float64": (2, 9, 3, 3, 3, True, True, torch.float64),
+}
+
+
+@pytest.mark.parametrize("case", GROUP_NORM_CASES)
+def test_group_norm_matches_aten(case: str) -> None:
+    n, c, h, w, groups, weighted, biased, dtype = GROUP_NORM_CASES[case]
+    x = (_randn(n, c, h, w) * 3 + 1).to(dtype)
+    weight = _randn(c, dtype=dtype) if weighted else None
+    bias = _randn(c, dtype=dtype) if biased else None
+    args = (x, weight, bias, n, c, h * w, groups, 1e-5)
+    got = own_kernels.kernel_for("aten::native_group_norm")(*args)
+    want = torch.ops.aten.native_group_norm(*args)
+    for g, e in zip(got, want):
+        assert g.dtype == e.dtype and g.shape == e.shape
+        if dtype == torch.bfloat16:
+            torch.testing.assert_close(g.float(), e.float(), rtol=2**-6, atol=2**-6)
+        else:
+            torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5)
+
+
+def test_group_norm_statistics_are_float32_for_parameters_of_another_dtype() -> None:
+    x, w = _randn(2, 6, 4, 4, dtype=torch.bfloat16), _randn(6)
+    out, mean, rstd = own_kernels.kernel_for("aten::native_group_norm")(
+        x, w, None, 2, 6, 16, 3, 1e-5)
+    assert out.dtype == torch.bfloat16 and mean.dtype == rstd.dtype == torch.float32
+    kernel = own_kernels.kernel_for("aten::native_group_norm")
+    nhwc = x.to(memory_format=torch.channels_last)
+    assert kernel(nhwc, w, None, 2, 6, 16, 3, 1e-5) is NotImplemented
+
+
+UPSAMPLE_CASES = {
+    "2x": ((2, 3, 4, 5), (8, 10), None, None, False),
+    "channels last 2x": ((2, 3, 4, 5), (8, 10), 2.0, 2.0, True),
+    "3x and 1.5x": ((1, 2, 4, 6), (12, 9), None, None, False),
+    "down": ((1, 2, 9, 7), (4, 3), None, None, False),
+    "scales given": ((1, 1, 5, 5), (11, 13), 2.2, 2.6, False),
+    "sliced input": ((2, 4, 6, 6), (12, 12), None, None, "slice"),
+}
+
+
+@pytest.mark.parametrize("case", UPSAMPLE_CASES)
+def test_upsample_nearest2d_matches_aten(case: str) -> None:
+    shape, size, sh, sw, layout = UPSAMPLE_CASES[case]
+    x = _randn(*shape)
+    if layout is True:
+        x = x.to(memory_format=torch.channels_last)
+    elif layout == "slice":
+        x = _randn(shape[0], shape[1] * 2, *shape[2:])[:, ::2]
+    got = own_kernels.kernel_for("aten::upsample_nearest2d")(x, size, sh, sw)
+    want = torch.ops.aten.upsample_nearest2d(x, size, sh, sw)
+    assert torch.equal(got, want)
+    assert got.stride() == want.stride()
+
+
 class _Library:
     """A stand-in for FlagGems' own kernel of an op: ATen's, recording its calls."""
 
@@ -224,7 +285,8 @@ def test_integer_sums_accumulate_as_aten_does() -> None:
 def test_the_own_kernels_are_the_ops_listed() -> None:
     assert set(own_kernels.OPS) == {"aten::mul.Tensor", "aten::slice_backward",
                                     "aten::nll_loss_backward", "aten::cat", "aten::sum",
-                                    "aten::sum.dim_IntList"}
+                                    "aten::sum.dim_IntList", "aten::native_group_norm",
+                                    "aten::upsample_nearest2d"}
     assert own_kernels.kernel_for("aten::add.Tensor") is None
     assert own_kernels.kernel_for("aten::cat") is None  # it needs the library's cat
 

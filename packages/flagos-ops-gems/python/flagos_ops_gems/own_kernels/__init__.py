@@ -15,6 +15,11 @@ kernel of its own instead, one op per module here, each tested against ATen
   (FlagGems' kernel stores a zero at the ignored index's column, outside the row; it is
   never run), so a language model's loss gradient, the size of its logits, stays on the
   device;
+- ``aten::native_group_norm`` (:mod:`.group_norm`): any number of channels per group
+  (FlagGems' forward reads into the next group where ``C / groups`` is not a power of
+  two, as in Stable Diffusion's UNet);
+- ``aten::upsample_nearest2d`` (:mod:`.upsample_nearest2d`): an input of any strides
+  (FlagGems' reads it as contiguous NCHW; a channels-last input is read wrong);
 - ``aten::cat`` (:mod:`.cat`): several dtypes, or one tensor beside legacy empty ones (a
   key-value cache's first update), which FlagGems returns itself instead of a copy;
 - ``aten::sum`` (:mod:`.sum`): integers and bools, summed in int64 as ATen does (FlagGems
@@ -42,6 +47,8 @@ OPS: dict[str, tuple[str, str]] = {
     "aten::mul.Tensor": ("mul", "mul"),
     "aten::nll_loss_backward": ("nll_loss_backward", "nll_loss_backward"),
     "aten::slice_backward": ("slice_backward", "slice_backward"),
+    "aten::native_group_norm": ("group_norm", "native_group_norm"),
+    "aten::upsample_nearest2d": ("upsample_nearest2d", "upsample_nearest2d"),
     "aten::cat": ("cat", "cat"),
     "aten::sum": ("sum", "sum"),
     "aten::sum.dim_IntList": ("sum", "sum"),
