@@ -282,11 +282,76 @@ def test_integer_sums_accumulate_as_aten_does() -> None:
     assert kernel(small, dtype=torch.float32) is NotImplemented
 
 
+def _nonnegative(aten_op):
+    """A stand-in for FlagGems' index kernels: ATen's, given only non-negative indices."""
+
+    def kernel(self, indices, *args, **kwargs):
+        for t in indices:
+            assert t is None or t.dtype == torch.bool or bool((t >= 0).all()), t
+        return aten_op(self, indices, *args, **kwargs)
+
+    return _Library(kernel)
+
+
+INDEX_CASES = {
+    "negative rows": lambda x: [torch.tensor([-1, 0, -3], device=DEVICE)],
+    "int32 and a slice": lambda x: [None, torch.tensor([[-2], [1]], dtype=torch.int32,
+                                                       device=DEVICE)],
+    "two broadcast": lambda x: [torch.tensor([[0], [-1]], device=DEVICE),
+                                torch.tensor([-4, 2, 3], device=DEVICE)],
+    "mask then negative": lambda x: [torch.tensor([True, False, True, True], device=DEVICE),
+                                     torch.tensor([-1], device=DEVICE)],
+    "empty": lambda x: [torch.tensor([], dtype=torch.int64, device=DEVICE)],
+}
+
+
+@pytest.mark.parametrize("case", INDEX_CASES)
+def test_index_wraps_negative_indices(case: str) -> None:
+    x = _randn(4, 5, 3)
+    indices = INDEX_CASES[case](x)
+    library = _nonnegative(torch.ops.aten.index.Tensor)
+    got = own_kernels.kernel_for("aten::index.Tensor", library)(x, indices)
+    assert torch.equal(got, torch.ops.aten.index.Tensor(x, indices))
+    assert len(library.calls) == 1
+
+
+@pytest.mark.parametrize("op", ["aten::index_put_", "aten::_index_put_impl_", "aten::index_put"])
+def test_index_put_wraps_negative_indices(op: str) -> None:
+    x = _randn(5, 4)
+    idx = [torch.tensor([-1, 2, -1], device=DEVICE)]
+    values = _randn(3, 4)
+    aten = getattr(torch.ops.aten, op.split("::")[1])
+    for accumulate in (False, True):
+        want = x.clone()
+        want = aten(want, idx, values, accumulate)
+        got = x.clone()
+        library = _nonnegative(aten)
+        got = own_kernels.kernel_for(op, library)(got, idx, values, accumulate)
+        torch.testing.assert_close(got, want)
+
+
+def test_an_index_out_of_range_is_named_before_anything_is_written() -> None:
+    x = _randn(4, 5)
+    before = x.clone()
+    for bad, value in [([None, torch.tensor([1, 5], device=DEVICE)], 5),
+                       ([torch.tensor([-5], device=DEVICE)], -5)]:
+        dim, size = (1, 5) if bad[0] is None else (0, 4)
+        with pytest.raises(IndexError, match=f"index {value} is out of bounds for dimension "
+                                             f"{dim} with size {size}"):
+            own_kernels.kernel_for("aten::index_put_", _nonnegative(torch.ops.aten.index_put_))(
+                x, bad, torch.zeros(1, device=DEVICE))
+    assert torch.equal(x, before)
+    index = own_kernels.kernel_for("aten::index.Tensor", _Library(torch.ops.aten.index.Tensor))
+    assert index(x, [torch.tensor([0.5], device=DEVICE)]) is NotImplemented
+
+
 def test_the_own_kernels_are_the_ops_listed() -> None:
     assert set(own_kernels.OPS) == {"aten::mul.Tensor", "aten::slice_backward",
                                     "aten::nll_loss_backward", "aten::cat", "aten::sum",
                                     "aten::sum.dim_IntList", "aten::native_group_norm",
-                                    "aten::upsample_nearest2d"}
+                                    "aten::upsample_nearest2d", "aten::index.Tensor",
+                                    "aten::index_put", "aten::index_put_",
+                                    "aten::_index_put_impl_"}
     assert own_kernels.kernel_for("aten::add.Tensor") is None
     assert own_kernels.kernel_for("aten::cat") is None  # it needs the library's cat
 

@@ -25,8 +25,13 @@ kernel of its own instead, one op per module here, each tested against ATen
 - ``aten::sum`` (:mod:`.sum`): integers and bools, summed in int64 as ATen does (FlagGems
   sums them in their own dtype).
 
-The last two hand the calls FlagGems computes as ATen does to FlagGems' own kernel, with
-the inputs cast or the lone tensor copied (on the device, through other ops).
+- ``aten::index.Tensor``, ``aten::index_put`` (and ``index_put_``, ``_index_put_impl_``)
+  (:mod:`.index`, :mod:`.index_put`): negative indices, which FlagGems masks out instead
+  of wrapping (its guard declines every call).
+
+The last four hand the calls FlagGems computes as ATen does to FlagGems' own kernel, with
+the inputs cast, the lone tensor copied or the indices wrapped (on the device, through
+other ops or a Triton kernel of this package).
 
 Each kernel returns ``NotImplemented`` for a call it does not take (the chain's next
 provider runs it): other dtypes, more than four dimensions after merging.
@@ -49,11 +54,17 @@ OPS: dict[str, tuple[str, str]] = {
     "aten::slice_backward": ("slice_backward", "slice_backward"),
     "aten::native_group_norm": ("group_norm", "native_group_norm"),
     "aten::upsample_nearest2d": ("upsample_nearest2d", "upsample_nearest2d"),
+    "aten::index.Tensor": ("index", "index"),
+    "aten::index_put": ("index_put", "index_put"),
+    "aten::index_put_": ("index_put", "index_put"),
+    "aten::_index_put_impl_": ("index_put", "index_put"),
     "aten::cat": ("cat", "cat"),
     "aten::sum": ("sum", "sum"),
     "aten::sum.dim_IntList": ("sum", "sum"),
 }
-LIBRARY_KERNEL_OPS = frozenset({"aten::cat", "aten::sum", "aten::sum.dim_IntList"})
+LIBRARY_KERNEL_OPS = frozenset({"aten::cat", "aten::sum", "aten::sum.dim_IntList",
+                                "aten::index.Tensor", "aten::index_put", "aten::index_put_",
+                                "aten::_index_put_impl_"})
 
 
 def kernel_for(op: str, library_kernel: Callable[..., object] | None = None
