@@ -1,0 +1,150 @@
+"""Which calls of a model FlagGems would serve on a chip without a twin, read on sim.
+
+Without a twin (``FLAGOS_NO_TWIN=1``), a call that the gems provider does not serve goes
+to the CPU fallback: every tensor of it through host memory. This reads, for each call of
+a model's step, what the gems provider would do with it on a Hopper GPU without a twin,
+without running a single FlagGems kernel: FlagGems 5.0's op table is loaded as the cuda
+HAL's target would load it (NVIDIA configs, compute capability 9, its Hopper kernels),
+each call is classified by that table, the guards of ``flagos_ops_gems._kernel_guards``
+(with the arguments of the call) and the package's own kernels, then declined, so that
+the CPU fallback computes it:
+
+- ``served``: FlagGems' kernel computes it;
+- ``own``: a guard declines it and an own kernel of flagos-ops-gems takes the op;
+- ``declined``: a guard declines it and nothing else on the device takes it;
+- ``cpu``: it reaches the CPU fallback without the provider having a kernel for it.
+
+Out= forms of ops the provider was offered reach the fallback here only because the
+probe declined their functional form (the composite kernel then runs), and are not
+counted. What the probe cannot see: a FlagGems wrapper raising on a call at run time (a
+functional op's call is then declined to the fallback too).
+
+    FLAGOS_NO_TWIN=1 FLAGOS_HAL=sim python integration_tests/models/no_twin_coverage.py \\
+        tinyllama Llama "UNet2DModel"
+
+prints each case's counts as JSON (needs flag-gems installed; the test
+``test_no_twin_coverage.py`` runs it).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import sys
+import warnings
+from pathlib import Path
+
+os.environ.setdefault("ARCH", "sm_90")  # FlagGems' Hopper kernels, as on an H100/H200
+os.environ["TRITON_INTERPRET"] = "0"  # FlagGems' kernel decorators refuse the interpreter
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import flagos
+import torch
+
+
+def _probe_library(seen: collections.Counter):
+    import flagos_ops_gems._flag_gems as loader
+    from flagos_ops_gems import FlagGems, own_kernels
+    from flagos_ops_gems._kernel_guards import _exactness_check
+
+    # sim names no Triton target: FlagGems is loaded as the cuda HAL's target loads it
+    loader.vendor_and_backend = lambda index=0: ("nvidia", "cuda", (9, 0))
+
+    def verdict(op, exact, args, kwargs) -> str:
+        if exact is None:
+            return "served"
+        try:
+            ok = exact(*args, **kwargs)
+        except Exception:  # noqa: BLE001 - as the guard: arguments it did not foresee
+            ok = False
+        return "served" if ok else ("own" if op in own_kernels.OPS else "declined")
+
+    class Probe(FlagGems):
+        name = "gems probe"
+
+        def load(self):
+            table, devices = super().load()
+            probes = {}
+            for op in table:
+                raw = self.functions.get(op)
+                exact = _exactness_check(raw) if raw is not None else None
+
+                def probe(*args, _op=op, _exact=exact, **kwargs):
+                    seen[(_op, verdict(_op, _exact, args, kwargs))] += 1
+                    return NotImplemented  # the CPU fallback computes the call
+
+                probes[op] = probe
+            return probes, devices
+
+    return Probe()
+
+
+def _to_flagos(x):
+    if isinstance(x, torch.Tensor):
+        return x.to("flagos")
+    if isinstance(x, dict):
+        return {k: _to_flagos(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_to_flagos(v) for v in x)
+    return x
+
+
+def _tinyllama_step():
+    from flagos.models import LlamaConfig, TinyLlama
+    from flagos.models.clean_process import train_step
+
+    cfg = LlamaConfig(dim=1024, n_layers=1, n_heads=16, hidden_dim=2816, max_seq_len=65,
+                      vocab_size=32000)
+    torch.manual_seed(0)
+    model = TinyLlama(cfg).to(device="flagos", dtype=torch.bfloat16)
+    tokens = torch.randint(0, cfg.vocab_size, (1, 65)).to("flagos")
+    return lambda: train_step(model, tokens)
+
+
+def _zoo_forward(name: str):
+    from zoo_cases import CASES
+
+    case = CASES[name]
+    torch.manual_seed(0)
+    model = case.build().to("flagos")
+    inputs = _to_flagos(case.inputs())
+
+    def run():
+        with torch.no_grad():
+            return case.forward(model, inputs) if case.forward else model(**inputs)
+
+    return run
+
+
+def coverage(names: list[str]) -> dict[str, dict[str, dict[str, int]]]:
+    """For each case ("tinyllama": flagos.bench's Llama stack, one layer, a training step
+    in bf16; otherwise a zoo case's forward), the calls by verdict and op."""
+    from flagos_ops_gems import register_library
+
+    seen: collections.Counter = collections.Counter()
+    flagos.routing.register_provider(register_library("gemsprobe", _probe_library(seen)))
+    report = {}
+    for name in names:
+        step = _tinyllama_step() if name == "tinyllama" else _zoo_forward(name)
+        with flagos.routing.override({"default": ["gemsprobe", "cpu"]}), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            step()  # the first call loads the library and resolves the routes
+            seen.clear()
+            flagos.routing.reset_stats()
+            step()
+            stats = flagos.routing.stats()
+        offered = {op.split(".")[0] for op, _ in seen}
+        verdicts: dict[str, dict[str, int]] = {"served": {}, "own": {}, "declined": {}, "cpu": {}}
+        for (op, v), n in seen.items():
+            verdicts[v][op] = verdicts[v].get(op, 0) + n
+        for op, per in stats.items():
+            calls = per.get("cpu", {}).get("calls", 0)
+            if calls and op.split(".")[0] not in offered:
+                verdicts["cpu"][op] = calls
+        report[name] = verdicts
+    return report
+
+
+if __name__ == "__main__":
+    print(json.dumps(coverage(sys.argv[1:] or ["tinyllama"]), indent=1, sort_keys=True))
