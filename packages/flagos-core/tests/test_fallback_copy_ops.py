@@ -101,3 +101,28 @@ def test_a_declined_op_routed_as_itself_runs_its_composite_kernel(run_python):
     for env in ({}, {"FLAGOS_NO_TWIN": "1"}):
         r = run_python(DECLINED, env=env, check=False)
         assert r.returncode == 0 and "ok" in r.stdout, (env, r.returncode, r.stderr[-3000:])
+
+
+# ATen takes a CPU scalar tensor beside device tensors, also as the first argument; the
+# CPU fallback (torch's cpu_fallback) puts results on the first tensor argument's device.
+SCALAR_FIRST = """
+import torch, flagos
+from flagos.provider_api import route_ops_as_themselves
+route_ops_as_themselves(["aten::mul.Tensor"])  # the functional op reaches the fallback
+x, y = torch.randn(6), torch.randn(6)
+xf, yf = x.to("flagos"), y.to("flagos")
+cond, half = torch.tensor(True), torch.tensor(0.5)
+with flagos.routing.override({"default": ["cpu"]}):
+    for got, want in ((torch.where(cond, xf, yf), torch.where(cond, x, y)),
+                      (torch.where(~cond, xf, yf), torch.where(~cond, x, y)),
+                      (half * xf, half * x), (xf * half, x * half)):
+        assert got.device.type == "flagos", got.device
+        assert torch.equal(got.cpu(), want)
+    assert flagos.routing.stats()["aten::where.self"]["cpu"]["calls"] == 2
+print("ok")
+"""
+
+
+def test_results_stay_on_flagos_when_a_cpu_scalar_comes_first(run_python):
+    r = run_python(SCALAR_FIRST, env={"FLAGOS_NO_TWIN": "1"}, check=False)
+    assert r.returncode == 0 and "ok" in r.stdout, (r.returncode, r.stderr[-3000:])

@@ -29,6 +29,30 @@ bool moves_fallback_arguments(const c10::OperatorHandle& op) {
   return name == to_copy || name == copy;
 }
 
+// Whether the first tensor argument (or the first tensor of a list argument) is in host
+// memory while another is flagos memory.
+bool first_tensor_on_host(const torch::jit::Stack& stack, size_t num_args) {
+  std::optional<bool> first_on_host;
+  bool any_flagos = false;
+  auto see = [&](const at::Tensor& t) {
+    if (!t.defined()) return;
+    if (!first_on_host) first_on_host = t.is_cpu();
+    any_flagos = any_flagos || is_flagos(t);
+  };
+  for (size_t i = stack.size() - num_args; i < stack.size(); ++i) {
+    const c10::IValue& v = stack[i];
+    if (v.isTensor()) {
+      see(v.toTensor());
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList().vec()) see(t);
+    } else if (v.isList()) {  // Tensor?[]
+      for (const c10::IValue& e : v.toListRef())
+        if (e.isTensor()) see(e.toTensor());
+    }
+  }
+  return first_on_host.value_or(false) && any_flagos;
+}
+
 void run_cpu_kernel(const c10::OperatorHandle& requested, torch::jit::Stack* stack,
                     c10::DeviceIndex device) {
   if (host_addressable(device)) {
@@ -45,7 +69,10 @@ void run_cpu_kernel(const c10::OperatorHandle& requested, torch::jit::Stack* sta
   const auto& arguments = op.schema().arguments();
   size_t n = arguments.size();
   size_t base = stack->size() - n;
-  bool device_arg = false;
+  // at::native::cpu_fallback puts results on the device of the first tensor argument: a
+  // CPU scalar tensor first, which ATen allows beside flagos tensors
+  // (torch.where(torch.tensor(True), x, y)), would leave them in host memory.
+  bool device_arg = first_tensor_on_host(*stack, n);
   // at::native::cpu_fallback writes back only the arguments a schema marks mutable and
   // not optional; native_batch_norm updates running_mean/var (arguments 3, 4) without saying
   // so. Hand it CPU copies of those and write them back here.
@@ -109,7 +136,8 @@ void run_cpu_kernel(const c10::OperatorHandle& requested, torch::jit::Stack* sta
     }
   }
   if (!device_arg) return;
-  // A factory op asked for flagos: its CPU results move there.
+  // A factory op asked for flagos, or a call whose first tensor was a CPU scalar: its CPU
+  // results move there.
   const auto& returns = op.schema().returns();
   for (size_t i = stack->size() - returns.size(); i < stack->size(); ++i) {
     auto& v = (*stack)[i];
