@@ -108,10 +108,15 @@ def _zoo_forward(name: str):
     case = CASES[name]
     torch.manual_seed(0)
     model = case.build().to("flagos")
-    inputs = _to_flagos(case.inputs())
+    inputs = case.inputs()
+    seed = inputs.pop("seed", None)  # a pipeline: its noise drawn from a seeded CPU generator
+    inputs = _to_flagos(inputs)
 
     def run():
         with torch.no_grad():
+            if seed is not None:
+                return model(generator=torch.Generator("cpu").manual_seed(seed), output_type="pt",
+                             **inputs)
             return case.forward(model, inputs) if case.forward else model(**inputs)
 
     return run
@@ -119,7 +124,8 @@ def _zoo_forward(name: str):
 
 def coverage(names: list[str]) -> dict[str, dict[str, dict[str, int]]]:
     """For each case ("tinyllama": flagos.bench's Llama stack, one layer, a training step
-    in bf16; otherwise a zoo case's forward), the calls by verdict and op."""
+    in bf16; otherwise a zoo case's forward, or its pipeline's call), the calls by verdict
+    and op."""
     from flagos_ops_gems import register_library
 
     seen: collections.Counter = collections.Counter()

@@ -17,9 +17,10 @@ import pytest
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("flag_gems") is None,
                                 reason="FlagGems is not installed")
 
-# flagos.bench's Llama training step, and the zoo's Llama, Diffusers UNet, VAE decoder and
-# Qwen-Image transformer forwards
-CASES = ["tinyllama", "Llama", "UNet2DModel", "AutoencoderKL decode", "QwenImage21 transformer"]
+# flagos.bench's Llama training step; the zoo's Llama, Diffusers UNet, VAE decoder and
+# Qwen-Image transformer forwards; its DDIM and Qwen-Image pipelines, whole
+CASES = ["tinyllama", "Llama", "UNet2DModel", "AutoencoderKL decode", "QwenImage21 transformer",
+         "DDIMPipeline (UNet2DModel)", "QwenImage21Pipeline (text to image)"]
 
 
 def test_every_call_has_a_kernel_on_the_device_without_a_twin() -> None:

@@ -215,16 +215,17 @@ UPSAMPLE_CASES = {
 }
 
 
+@pytest.mark.parametrize("op", ["aten::upsample_nearest2d", "aten::_upsample_nearest_exact2d"])
 @pytest.mark.parametrize("case", UPSAMPLE_CASES)
-def test_upsample_nearest2d_matches_aten(case: str) -> None:
+def test_upsample_nearest2d_matches_aten(case: str, op: str) -> None:
     shape, size, sh, sw, layout = UPSAMPLE_CASES[case]
     x = _randn(*shape)
     if layout is True:
         x = x.to(memory_format=torch.channels_last)
     elif layout == "slice":
         x = _randn(shape[0], shape[1] * 2, *shape[2:])[:, ::2]
-    got = own_kernels.kernel_for("aten::upsample_nearest2d")(x, size, sh, sw)
-    want = torch.ops.aten.upsample_nearest2d(x, size, sh, sw)
+    got = own_kernels.kernel_for(op)(x, size, sh, sw)
+    want = getattr(torch.ops.aten, op.split("::")[1])(x, size, sh, sw)
     assert torch.equal(got, want)
     assert got.stride() == want.stride()
 
@@ -350,6 +351,7 @@ def test_the_own_kernels_are_the_ops_listed() -> None:
                                     "aten::nll_loss_backward", "aten::cat", "aten::sum",
                                     "aten::sum.dim_IntList", "aten::native_group_norm",
                                     "aten::upsample_nearest2d", "aten::index.Tensor",
+                                    "aten::_upsample_nearest_exact2d",
                                     "aten::index_put", "aten::index_put_",
                                     "aten::_index_put_impl_"}
     assert own_kernels.kernel_for("aten::add.Tensor") is None

@@ -160,8 +160,12 @@ def _op_table(flag_gems, no_twin: bool = False,
         table["aten::multinomial"] = draws_from_given_generator(table["aten::multinomial"])
     for op, fn in fused_kernels(flag_gems).items():
         table.setdefault(op, fn)
-    if no_twin:  # with a twin, boxing runs the twin's own convolution (cuDNN on CUDA)
+    if no_twin:  # with a twin, boxing runs the twin's own kernels (cuDNN's convolution)
         for op, fn in conv_kernels(flag_gems).items():
             table.setdefault(op, fn)
+        for op in own_kernels.OPS.keys() - table.keys():  # ops FlagGems lacks
+            kernel = own_kernels.kernel_for(op)
+            if kernel is not None:
+                table[op] = kernel
     return table, recorder.device.name
 

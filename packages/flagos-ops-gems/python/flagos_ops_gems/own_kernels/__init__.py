@@ -1,4 +1,4 @@
-"""Kernels of flagos-ops-gems' own, for calls FlagGems computes wrong.
+"""Kernels of flagos-ops-gems' own, for calls FlagGems computes wrong and ops it lacks.
 
 FlagGems' guarded kernels (``_kernel_guards.py``) decline the calls they would get wrong.
 With a twin device the chain's next provider runs them on the twin's own kernels; without
@@ -29,7 +29,10 @@ kernel of its own instead, one op per module here, each tested against ATen
   (:mod:`.index`, :mod:`.index_put`): negative indices, which FlagGems masks out instead
   of wrapping (its guard declines every call).
 
-The last four hand the calls FlagGems computes as ATen does to FlagGems' own kernel, with
+- ``aten::_upsample_nearest_exact2d`` (:mod:`.upsample_nearest2d`), which FlagGems 5.0
+  lacks (a Qwen-Image VAE upsamples so): served for every call it takes.
+
+The index, index_put, cat and sum kernels hand the calls FlagGems computes as ATen does to FlagGems' own kernel, with
 the inputs cast, the lone tensor copied or the indices wrapped (on the device, through
 other ops or a Triton kernel of this package).
 
@@ -54,6 +57,7 @@ OPS: dict[str, tuple[str, str]] = {
     "aten::slice_backward": ("slice_backward", "slice_backward"),
     "aten::native_group_norm": ("group_norm", "native_group_norm"),
     "aten::upsample_nearest2d": ("upsample_nearest2d", "upsample_nearest2d"),
+    "aten::_upsample_nearest_exact2d": ("upsample_nearest2d", "upsample_nearest_exact2d"),
     "aten::index.Tensor": ("index", "index"),
     "aten::index_put": ("index_put", "index_put"),
     "aten::index_put_": ("index_put", "index_put"),
