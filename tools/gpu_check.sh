@@ -5,7 +5,7 @@
 # Usage: tools/gpu_check.sh STEP...   steps: build conformance demo bench model sweep suite tests
 #        report warm kernel-cache routes
 #        cuda-faults nox compile dist profile gems gems-tests gems-bench gems-model gems-sweep
-#        gems-no-twin gems-sweep-no-twin zoo zoo-gems native qwen-image
+#        gems-no-twin gems-sweep-no-twin no-twin zoo zoo-gems native qwen-image
 #        newest
 #        tune tune-tests quant quant-sweep mxfp4 faults graphs
 set -uo pipefail
@@ -240,6 +240,14 @@ print(flagos.routing.explain('aten::mm')); print(flagos.routing.stats())" 2>&1 |
              --only ${NO_TWIN_SECTIONS:-host} --json "$OUT/gems-no-twin.json" 2>&1 | tee "$OUT/gems-no-twin.log" | tail -24 ;;
     gems-sweep-no-twin) step gems-sweep-no-twin; FLAGOS_HAL=cuda timeout 590 python3 packages/flagos-ops-gems/benchmarks/opinfo_vs_flaggems.py \
              --no-twin --jobs 14 --max-samples ${SWEEP_SAMPLES:-3} --layouts "${SWEEP_LAYOUTS:-}" --json "$OUT/gems-sweep-no-twin.json" --raw-json "$OUT/gems-sweep-no-twin-raw.json" --log-dir "$OUT" > "$OUT/gems-sweep-no-twin.log" 2>&1; tail -60 "$OUT/gems-sweep-no-twin.log" ;;
+    # The GPU as a chip without CUDA, all of it (after build): the no-twin gems tests and host
+    # table, the model step (first step apart, CPU-fallback ops named), FP8 decode, the
+    # replay admission list (written under $OUT, to copy into flagos_ops_gems/).
+    no-twin) step no-twin; NO_TWIN_SECTIONS=host,model bash "$0" gems-no-twin
+      FLAGOS_HAL=cuda FLAGOS_NO_TWIN=1 timeout 400 python3 packages/flagos-quant/benchmarks/quant_bench.py \
+             --only decode --json "$OUT/decode-no-twin.json" 2>&1 | tee "$OUT/decode-no-twin.log" | tail -14
+      FLAGOS_HAL=cuda FLAGOS_NO_TWIN=1 timeout 560 python3 -m flagos_ops_gems.replay_admission \
+             --write "$OUT/replayable.toml" 2>&1 | tee "$OUT/replay-admission.log" | tail -20 ;;
     # Route tuning (after build, native, and with flag-gems carried): tuned routes vs
     # single-provider routes for the TinyLlama training step; then the tuning and shadow tests.
     tune) step tune; FLAGOS_HAL=cuda timeout 590 python3 packages/flagos-core/benchmarks/tuned_routes.py \
