@@ -10,7 +10,8 @@ each call is classified by that table, the guards of ``flagos_ops_gems._kernel_g
 the CPU fallback computes it:
 
 - ``served``: FlagGems' kernel computes it;
-- ``own``: a guard declines it and an own kernel of flagos-ops-gems takes the op;
+- ``own``: a guard declines it and an own kernel of flagos-ops-gems takes the op, or
+  FlagGems lacks the op and an own kernel serves it;
 - ``declined``: a guard declines it and nothing else on the device takes it;
 - ``cpu``: it reaches the CPU fallback without the provider having a kernel for it.
 
@@ -23,7 +24,8 @@ functional op's call is then declined to the fallback too).
         tinyllama Llama "UNet2DModel"
 
 prints each case's counts as JSON (needs flag-gems installed; the test
-``test_no_twin_coverage.py`` runs it).
+``test_no_twin_coverage.py`` runs it); ``--json PATH`` also writes them as a results table
+(docs/bench/results/sim/no-twin-coverage.json, on docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -51,7 +53,9 @@ def _probe_library(seen: collections.Counter):
     # sim names no Triton target: FlagGems is loaded as the cuda HAL's target loads it
     loader.vendor_and_backend = lambda index=0: ("nvidia", "cuda", (9, 0))
 
-    def verdict(op, exact, args, kwargs) -> str:
+    def verdict(op, exact, args, kwargs, from_flaggems) -> str:
+        if not from_flaggems:  # an op FlagGems lacks, in the table as an own kernel
+            return "own" if op in own_kernels.OPS else "served"
         if exact is None:
             return "served"
         try:
@@ -69,9 +73,11 @@ def _probe_library(seen: collections.Counter):
             for op in table:
                 raw = self.functions.get(op)
                 exact = _exactness_check(raw) if raw is not None else None
+                # the fused and convolution adapters are FlagGems' kernels too
+                from_flaggems = raw is not None or op not in own_kernels.OPS
 
-                def probe(*args, _op=op, _exact=exact, **kwargs):
-                    seen[(_op, verdict(_op, _exact, args, kwargs))] += 1
+                def probe(*args, _op=op, _exact=exact, _ours=from_flaggems, **kwargs):
+                    seen[(_op, verdict(_op, _exact, args, kwargs, _ours))] += 1
                     return NotImplemented  # the CPU fallback computes the call
 
                 probes[op] = probe
@@ -152,5 +158,39 @@ def coverage(names: list[str]) -> dict[str, dict[str, dict[str, int]]]:
     return report
 
 
+def table(report: dict[str, dict[str, dict[str, int]]]):
+    """The report as a results table (docs/benchmarks.md): calls per verdict per case."""
+    import flag_gems
+    from flagos.bench_results import Table
+
+    t = Table("no-twin-coverage", (
+        f"without a twin: each call of a model's step, read against FlagGems "
+        f"{flag_gems.__version__}'s op table and guards (Hopper kernels) and flagos-ops-gems' "
+        "own kernels, on sim (no FlagGems kernel runs)"),
+        ["model", "FlagGems calls", "own-kernel calls", "declined calls", "CPU fallback calls",
+         "own kernels used"])
+    for case, v in report.items():
+        t.add(case, *(sum(v[k].values()) for k in ("served", "own", "declined", "cpu")),
+              ", ".join(sorted(op.removeprefix("aten::") for op in v["own"])) or "-")
+    t.notes.append("declined or CPU-fallback calls by op: " + ("; ".join(
+        f"{case}: " + ", ".join(f"{op} {n}" for op, n in sorted({**v['declined'], **v['cpu']}.items()))
+        for case, v in report.items() if v["declined"] or v["cpu"]) or "none"))
+    return t
+
+
+def main(argv: list[str]) -> int:
+    out = None
+    if "--json" in argv:
+        i = argv.index("--json")
+        out, argv = argv[i + 1], argv[:i] + argv[i + 2:]
+    report = coverage(argv or ["tinyllama"])
+    print(json.dumps(report, indent=1, sort_keys=True))
+    if out:
+        from flagos.bench_results import write_json
+
+        write_json(out, [table(report)])
+    return 0
+
+
 if __name__ == "__main__":
-    print(json.dumps(coverage(sys.argv[1:] or ["tinyllama"]), indent=1, sort_keys=True))
+    sys.exit(main(sys.argv[1:]))
