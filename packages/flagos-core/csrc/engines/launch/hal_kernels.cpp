@@ -180,14 +180,7 @@ void launch_from_python(int device, uintptr_t function, const std::vector<uint32
       spoil_launch_recording();
     }
   }
-  std::string error;
-  flagos_status_t st;
-  {
-    py::gil_scoped_release release;
-    st = launch_kernel(l, stream, ptrs.data(), sizes.data(), static_cast<int>(n), &error);
-  }
-  TORCH_CHECK(st == FLAGOS_SUCCESS, "flagos: launching a kernel on flagos:", device, " failed: ",
-              error);
+  launch_kernel_from_python(l, stream, ptrs.data(), sizes.data(), static_cast<int>(n));
 }
 
 // kernel_encode_tensor_descriptor (ABI 1.5) of flagos:device: the descriptor's bytes, for a
@@ -243,6 +236,18 @@ flagos_status_t launch_kernel(const KernelLaunch& l, const c10::Stream& stream, 
                                        hal_stream(stream));
   if (st != FLAGOS_SUCCESS && error) *error = last_error(t);
   return st;
+}
+
+void launch_kernel_from_python(const KernelLaunch& l, const c10::Stream& stream,
+                               void* const* params, const size_t* sizes, int n) {
+  std::string error;
+  flagos_status_t st;
+  {
+    py::gil_scoped_release release;
+    st = launch_kernel(l, stream, params, sizes, n, &error);
+  }
+  TORCH_CHECK(st == FLAGOS_SUCCESS, "flagos: launching a kernel on flagos:", int(l.device),
+              " failed: ", error);
 }
 
 void bind_hal_kernels(py::module& m) {

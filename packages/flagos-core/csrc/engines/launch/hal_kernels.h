@@ -30,6 +30,11 @@ struct KernelLaunch {
 flagos_status_t launch_kernel(const KernelLaunch& l, const c10::Stream& stream, void* const* params,
                               const size_t* sizes, int n, std::string* error);
 
+// launch_kernel with the GIL released (a HAL may block while its queue is full); raises
+// with the HAL's message when the launch fails.
+void launch_kernel_from_python(const KernelLaunch& l, const c10::Stream& stream,
+                               void* const* params, const size_t* sizes, int n);
+
 // flagos._C: _kernel_formats, _kernel_target, _KernelModule, _kernel_launch,
 // _kernel_encode_tensor_descriptor.
 void bind_hal_kernels(pybind11::module& m);

@@ -138,14 +138,7 @@ class TypedLauncher {
       }
       record_hal_launch(l, std::move(params), PyObjectRef(keepalive.ptr()), stream == current);
     }
-    std::string error;
-    flagos_status_t st;
-    {
-      py::gil_scoped_release release;
-      st = launch_kernel(l, stream, ptrs.data(), sizes.data(), static_cast<int>(n_params_), &error);
-    }
-    TORCH_CHECK(st == FLAGOS_SUCCESS, "flagos: launching a kernel on flagos:", device, " failed: ",
-                error);
+    launch_kernel_from_python(l, stream, ptrs.data(), sizes.data(), static_cast<int>(n_params_));
   }
 
   const std::string& kinds() const { return kinds_; }
