@@ -48,21 +48,10 @@ import torch
 def _probe_library(seen: collections.Counter):
     import flagos_ops_gems._flag_gems as loader
     from flagos_ops_gems import FlagGems, own_kernels
-    from flagos_ops_gems._kernel_guards import _exactness_check
+    from flagos_ops_gems._kernel_guards import computes_exactly
 
     # sim names no Triton target: FlagGems is loaded as the cuda HAL's target loads it
     loader.vendor_and_backend = lambda index=0: ("nvidia", "cuda", (9, 0))
-
-    def verdict(op, exact, args, kwargs, from_flaggems) -> str:
-        if not from_flaggems:  # an op FlagGems lacks, in the table as an own kernel
-            return "own" if op in own_kernels.OPS else "served"
-        if exact is None:
-            return "served"
-        try:
-            ok = exact(*args, **kwargs)
-        except Exception:  # noqa: BLE001 - as the guard: arguments it did not foresee
-            ok = False
-        return "served" if ok else ("own" if op in own_kernels.OPS else "declined")
 
     class Probe(FlagGems):
         name = "gems probe"
@@ -71,13 +60,16 @@ def _probe_library(seen: collections.Counter):
             table, devices = super().load()
             probes = {}
             for op in table:
-                raw = self.functions.get(op)
-                exact = _exactness_check(raw) if raw is not None else None
-                # the fused and convolution adapters are FlagGems' kernels too
-                from_flaggems = raw is not None or op not in own_kernels.OPS
+                raw = self.functions.get(op)  # FlagGems' own function (adapters have none)
 
-                def probe(*args, _op=op, _exact=exact, _ours=from_flaggems, **kwargs):
-                    seen[(_op, verdict(_op, _exact, args, kwargs, _ours))] += 1
+                def probe(*args, _op=op, _raw=raw, **kwargs):
+                    if _raw is None and _op in own_kernels.OPS:
+                        verdict = "own"  # an op FlagGems lacks, in its table as an own kernel
+                    elif _raw is None or computes_exactly(_raw, *args, **kwargs):
+                        verdict = "served"
+                    else:
+                        verdict = "own" if _op in own_kernels.OPS else "declined"
+                    seen[(_op, verdict)] += 1
                     return NotImplemented  # the CPU fallback computes the call
 
                 probes[op] = probe

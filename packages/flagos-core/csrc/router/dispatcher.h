@@ -140,4 +140,24 @@ bool route_starts_foreign(OpState& st, c10::DeviceIndex device);
 // `ticks`: op_clock ticks the call took (op_clock.h).
 void record_call(RouteCounters* counters, uint64_t ticks);
 
+// Whether a tensor argument among the `num_args` at the top of `stack`, or a tensor of a
+// list argument (Tensor[], Tensor?[]), satisfies `pred`; visits them in order and stops at
+// the first that does.
+template <typename Pred>
+bool any_tensor_argument(const torch::jit::Stack& stack, size_t num_args, Pred pred) {
+  for (size_t i = stack.size() - num_args; i < stack.size(); ++i) {
+    const c10::IValue& v = stack[i];
+    if (v.isTensor()) {
+      if (pred(v.toTensor())) return true;
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList().vec())
+        if (pred(t)) return true;
+    } else if (v.isList()) {  // Tensor?[]
+      for (const c10::IValue& e : v.toListRef())
+        if (e.isTensor() && pred(e.toTensor())) return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace flagos

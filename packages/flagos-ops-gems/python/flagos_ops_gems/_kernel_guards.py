@@ -60,7 +60,7 @@ from collections.abc import Callable
 
 import torch
 
-__all__ = ["guard_kernel", "is_dense"]
+__all__ = ["computes_exactly", "guard_kernel", "is_dense"]
 
 _GENERIC_OPS = os.path.join("flag_gems", "ops")
 _HOPPER_OPS = os.path.join("runtime", "backend", "_nvidia", "hopper", "ops")
@@ -506,6 +506,20 @@ def _exactness_check(fn: Callable[..., object]) -> Callable[..., bool] | None:
     return None
 
 
+def _holds(exact: Callable[..., bool], args: tuple, kwargs: dict) -> bool:
+    try:
+        return bool(exact(*args, **kwargs))
+    except Exception:  # noqa: BLE001 - arguments the condition did not foresee: not exact
+        return False
+
+
+def computes_exactly(fn: Callable[..., object], *args: object, **kwargs: object) -> bool:
+    """Whether FlagGems' kernel ``fn`` computes the call with these arguments as ATen does
+    (True for a kernel without a condition above)."""
+    exact = _exactness_check(fn)
+    return exact is None or _holds(exact, args, kwargs)
+
+
 def guard_kernel(fn: Callable[..., object], own: Callable[..., object] | None = None
                  ) -> Callable[..., object]:
     """``fn``, or, for one of the kernels above, ``fn`` running only the calls it computes
@@ -517,11 +531,7 @@ def guard_kernel(fn: Callable[..., object], own: Callable[..., object] | None = 
 
     @functools.wraps(fn)
     def guarded(*args, **kwargs):
-        try:
-            ok = exact(*args, **kwargs)
-        except Exception:  # noqa: BLE001 - arguments the condition did not foresee: decline
-            ok = False
-        if not ok:
+        if not _holds(exact, args, kwargs):
             return NotImplemented if own is None else own(*args, **kwargs)
         return fn(*args, **kwargs)
 

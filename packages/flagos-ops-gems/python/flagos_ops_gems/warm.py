@@ -38,9 +38,16 @@ __all__ = ["WarmReport", "cache_dirs", "calls_by_provider", "main", "warm"]
 def cache_dirs() -> dict[str, Path]:
     """Where Triton keeps compiled kernels and FlagGems its autotuning results, as this
     process's environment sets them."""
-    triton = os.environ.get("TRITON_CACHE_DIR") or str(Path.home() / ".triton" / "cache")
+    try:
+        import triton
+
+        triton_dir = triton.knobs.cache.dir  # TRITON_CACHE_DIR, else under TRITON_HOME
+    except (ImportError, AttributeError):
+        triton_dir = os.environ.get("TRITON_CACHE_DIR") or str(Path.home() / ".triton" / "cache")
+    # FlagGems' own rule (flag_gems.utils.code_cache.cache_dir_path), without importing
+    # FlagGems, whose import needs its device set up
     flaggems = os.environ.get("FLAGGEMS_CACHE_DIR") or str(Path.home() / ".flaggems")
-    return {"triton": Path(triton), "flaggems": Path(flaggems)}
+    return {"triton": Path(triton_dir), "flaggems": Path(flaggems)}
 
 
 def _size(path: Path) -> tuple[int, int]:

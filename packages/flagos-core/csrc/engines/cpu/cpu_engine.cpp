@@ -33,24 +33,12 @@ bool moves_fallback_arguments(const c10::OperatorHandle& op) {
 // memory while another is flagos memory.
 bool first_tensor_on_host(const torch::jit::Stack& stack, size_t num_args) {
   std::optional<bool> first_on_host;
-  bool any_flagos = false;
-  auto see = [&](const at::Tensor& t) {
-    if (!t.defined()) return;
+  bool flagos = any_tensor_argument(stack, num_args, [&](const at::Tensor& t) {
+    if (!t.defined()) return false;
     if (!first_on_host) first_on_host = t.is_cpu();
-    any_flagos = any_flagos || is_flagos(t);
-  };
-  for (size_t i = stack.size() - num_args; i < stack.size(); ++i) {
-    const c10::IValue& v = stack[i];
-    if (v.isTensor()) {
-      see(v.toTensor());
-    } else if (v.isTensorList()) {
-      for (const at::Tensor& t : v.toTensorList().vec()) see(t);
-    } else if (v.isList()) {  // Tensor?[]
-      for (const c10::IValue& e : v.toListRef())
-        if (e.isTensor()) see(e.toTensor());
-    }
-  }
-  return first_on_host.value_or(false) && any_flagos;
+    return is_flagos(t);
+  });
+  return flagos && first_on_host.value_or(false);
 }
 
 void run_cpu_kernel(const c10::OperatorHandle& requested, torch::jit::Stack* stack,

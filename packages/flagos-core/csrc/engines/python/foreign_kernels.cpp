@@ -88,24 +88,6 @@ const ResolvedKernel& kernel_for(const PyObjectRef& resolver, const c10::Operato
   return *entry.kernel;
 }
 
-// Whether a tensor argument (or a tensor of a list argument) satisfies `pred`.
-template <typename Pred>
-bool any_tensor_argument(const torch::jit::Stack& stack, size_t num_args, Pred pred) {
-  for (size_t i = stack.size() - num_args; i < stack.size(); ++i) {
-    const c10::IValue& v = stack[i];
-    if (v.isTensor()) {
-      if (pred(v.toTensor())) return true;
-    } else if (v.isTensorList()) {
-      for (const at::Tensor& t : v.toTensorList().vec())
-        if (pred(t)) return true;
-    } else if (v.isList()) {  // Tensor?[]
-      for (const c10::IValue& e : v.toListRef())
-        if (e.isTensor() && pred(e.toTensor())) return true;
-    }
-  }
-  return false;
-}
-
 // A tensor argument in host memory while the twin is a device: a CPU scalar tensor, which
 // ATen accepts beside device tensors (`x * torch.tensor(0.5)`), and which a library's
 // device kernels cannot read (a Triton kernel given its pointer raises).

@@ -46,29 +46,38 @@ from __future__ import annotations
 import functools
 import importlib
 from collections.abc import Callable
+from typing import NamedTuple
 
-__all__ = ["LIBRARY_KERNEL_OPS", "OPS", "kernel_for"]
+__all__ = ["OPS", "OwnKernel", "kernel_for"]
 
-# op -> (module, function); the kernels of LIBRARY_KERNEL_OPS take the library's own
-# kernel of the op first (they hand it the calls it computes as ATen does)
-OPS: dict[str, tuple[str, str]] = {
-    "aten::mul.Tensor": ("mul", "mul"),
-    "aten::nll_loss_backward": ("nll_loss_backward", "nll_loss_backward"),
-    "aten::slice_backward": ("slice_backward", "slice_backward"),
-    "aten::native_group_norm": ("group_norm", "native_group_norm"),
-    "aten::upsample_nearest2d": ("upsample_nearest2d", "upsample_nearest2d"),
-    "aten::_upsample_nearest_exact2d": ("upsample_nearest2d", "upsample_nearest_exact2d"),
-    "aten::index.Tensor": ("index", "index"),
-    "aten::index_put": ("index_put", "index_put"),
-    "aten::index_put_": ("index_put", "index_put"),
-    "aten::_index_put_impl_": ("index_put", "index_put"),
-    "aten::cat": ("cat", "cat"),
-    "aten::sum": ("sum", "sum"),
-    "aten::sum.dim_IntList": ("sum", "sum"),
+
+class OwnKernel(NamedTuple):
+    """Where an op's kernel is: ``function`` of module ``module`` here; with
+    ``library_kernel``, it takes the library's own kernel of the op first (and hands it the
+    calls it computes as ATen does)."""
+
+    module: str
+    function: str
+    library_kernel: bool = False
+
+
+_INDEX_PUT = OwnKernel("index_put", "index_put", library_kernel=True)
+_SUM = OwnKernel("sum", "sum", library_kernel=True)
+OPS: dict[str, OwnKernel] = {
+    "aten::mul.Tensor": OwnKernel("mul", "mul"),
+    "aten::nll_loss_backward": OwnKernel("nll_loss_backward", "nll_loss_backward"),
+    "aten::slice_backward": OwnKernel("slice_backward", "slice_backward"),
+    "aten::native_group_norm": OwnKernel("group_norm", "native_group_norm"),
+    "aten::upsample_nearest2d": OwnKernel("upsample_nearest2d", "upsample_nearest2d"),
+    "aten::_upsample_nearest_exact2d": OwnKernel("upsample_nearest2d", "upsample_nearest_exact2d"),
+    "aten::index.Tensor": OwnKernel("index", "index", library_kernel=True),
+    "aten::index_put": _INDEX_PUT,
+    "aten::index_put_": _INDEX_PUT,
+    "aten::_index_put_impl_": _INDEX_PUT,
+    "aten::cat": OwnKernel("cat", "cat", library_kernel=True),
+    "aten::sum": _SUM,
+    "aten::sum.dim_IntList": _SUM,
 }
-LIBRARY_KERNEL_OPS = frozenset({"aten::cat", "aten::sum", "aten::sum.dim_IntList",
-                                "aten::index.Tensor", "aten::index_put", "aten::index_put_",
-                                "aten::_index_put_impl_"})
 
 
 def kernel_for(op: str, library_kernel: Callable[..., object] | None = None
@@ -77,8 +86,7 @@ def kernel_for(op: str, library_kernel: Callable[..., object] | None = None
     library's ``library_kernel`` of the op and none is given). Triton is imported here,
     when a kernel is asked for."""
     entry = OPS.get(op)
-    if entry is None or (op in LIBRARY_KERNEL_OPS and library_kernel is None):
+    if entry is None or (entry.library_kernel and library_kernel is None):
         return None
-    module, function = entry
-    kernel = getattr(importlib.import_module(f"{__name__}.{module}"), function)
-    return functools.partial(kernel, library_kernel) if op in LIBRARY_KERNEL_OPS else kernel
+    kernel = getattr(importlib.import_module(f"{__name__}.{entry.module}"), entry.function)
+    return functools.partial(kernel, library_kernel) if entry.library_kernel else kernel
