@@ -3,7 +3,7 @@
 # $OUT (the device tool's output folder). Wheels the machine lacks are carried in .whl/
 # (tools/fetch_gpu_wheels.sh fetches them; name .whl in the run's carry).
 # Usage: tools/gpu_check.sh STEP...   steps: build conformance demo bench model sweep suite tests
-#        report warm kernel-cache routes
+#        report warm kernel-cache routes admit
 #        cuda-faults nox compile dist profile gems gems-tests gems-bench gems-model gems-sweep
 #        gems-no-twin gems-sweep-no-twin no-twin zoo zoo-gems native qwen-image
 #        newest
@@ -240,14 +240,26 @@ print(flagos.routing.explain('aten::mm')); print(flagos.routing.stats())" 2>&1 |
              --only ${NO_TWIN_SECTIONS:-host} --json "$OUT/gems-no-twin.json" 2>&1 | tee "$OUT/gems-no-twin.log" | tail -24 ;;
     gems-sweep-no-twin) step gems-sweep-no-twin; FLAGOS_HAL=cuda timeout 590 python3 packages/flagos-ops-gems/benchmarks/opinfo_vs_flaggems.py \
              --no-twin --jobs 14 --max-samples ${SWEEP_SAMPLES:-3} --layouts "${SWEEP_LAYOUTS:-}" --json "$OUT/gems-sweep-no-twin.json" --raw-json "$OUT/gems-sweep-no-twin-raw.json" --log-dir "$OUT" > "$OUT/gems-sweep-no-twin.log" 2>&1; tail -60 "$OUT/gems-sweep-no-twin.log" ;;
-    # The GPU as a chip without CUDA, all of it (after build): the no-twin gems tests and host
-    # table, the model step (first step apart, CPU-fallback ops named), FP8 decode, the
-    # replay admission list (written under $OUT, to copy into flagos_ops_gems/).
-    no-twin) step no-twin; NO_TWIN_SECTIONS=host,model bash "$0" gems-no-twin
+    # The GPU as a chip without CUDA, all of it (after build): the replay admission, the
+    # no-twin gems tests and host table, the model step (first step apart, CPU-fallback ops
+    # named), FP8 decode.
+    # The replay admission without a twin (flagos_ops_gems.replay_admission), for ADMIT_OPS
+    # (default: the host table's ops and the TinyLlama step's), written into the installed
+    # package, so that the steps after it replay them, and under $OUT (copy it to
+    # packages/flagos-ops-gems/python/flagos_ops_gems/replayable.toml).
+    admit) step admit; hot=aten::add.Tensor,aten::mul.Tensor,aten::mm,aten::_softmax,aten::native_layer_norm
+      hot+=,aten::rms_norm,aten::_fused_rms_norm,aten::sum,aten::sum.dim_IntList,aten::embedding,aten::silu
+      hot+=,aten::gelu,aten::bmm,aten::_log_softmax,aten::_softmax_backward_data,aten::silu_backward
+      hot+=,aten::_log_softmax_backward_data,aten::mean.dim,aten::rsqrt,aten::pow.Tensor_Scalar,aten::neg
+      hot+=,aten::sub.Tensor,aten::div.Tensor,aten::div.Scalar,aten::embedding_dense_backward,aten::cat
+      hot+=,aten::index_select,aten::nll_loss_forward,aten::triu,aten::masked_fill.Scalar,aten::where.self
+      FLAGOS_HAL=cuda FLAGOS_NO_TWIN=1 timeout ${ADMIT_TIMEOUT:-400} python3 -m flagos_ops_gems.replay_admission \
+             --ops "${ADMIT_OPS:-$hot}" --write 2>&1 | tee "$OUT/replay-admission.log" | tail -40
+      cp "$(python3 -c 'import importlib.util as u; print(u.find_spec("flagos_ops_gems").submodule_search_locations[0])')/replayable.toml" \
+         "$OUT/replayable.toml" ;;
+    no-twin) step no-twin; bash "$0" admit; NO_TWIN_SECTIONS=host,model bash "$0" gems-no-twin
       FLAGOS_HAL=cuda FLAGOS_NO_TWIN=1 timeout 400 python3 packages/flagos-quant/benchmarks/quant_bench.py \
-             --only decode --json "$OUT/decode-no-twin.json" 2>&1 | tee "$OUT/decode-no-twin.log" | tail -14
-      FLAGOS_HAL=cuda FLAGOS_NO_TWIN=1 timeout 560 python3 -m flagos_ops_gems.replay_admission \
-             --write "$OUT/replayable.toml" 2>&1 | tee "$OUT/replay-admission.log" | tail -20 ;;
+             --only decode --json "$OUT/decode-no-twin.json" 2>&1 | tee "$OUT/decode-no-twin.log" | tail -14 ;;
     # Route tuning (after build, native, and with flag-gems carried): tuned routes vs
     # single-provider routes for the TinyLlama training step; then the tuning and shadow tests.
     tune) step tune; FLAGOS_HAL=cuda timeout 590 python3 packages/flagos-core/benchmarks/tuned_routes.py \
