@@ -17,10 +17,12 @@ import pytest
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("flag_gems") is None,
                                 reason="FlagGems is not installed")
 
-# flagos.bench's Llama training step; the zoo's Llama, Diffusers UNet, VAE decoder and
-# Qwen-Image transformer forwards; its DDIM and Qwen-Image pipelines, whole
-CASES = ["tinyllama", "Llama", "UNet2DModel", "AutoencoderKL decode", "QwenImage21 transformer",
-         "DDIMPipeline (UNet2DModel)", "QwenImage21Pipeline (text to image)"]
+# flagos.bench's Llama training step; the zoo's Llama, Mixtral (mixture of experts), Diffusers
+# UNet, VAE decoder, Flux and Qwen-Image transformer forwards; its DDIM and Qwen-Image
+# pipelines, whole (text to image, and from a condition image through a vision encoder)
+CASES = ["tinyllama", "Llama", "Mixtral", "UNet2DModel", "AutoencoderKL decode",
+         "Flux transformer (MMDiT)", "QwenImage21 transformer", "DDIMPipeline (UNet2DModel)",
+         "QwenImage21Pipeline (text to image)", "QwenImage21Pipeline (condition image)"]
 
 
 def test_every_call_has_a_kernel_on_the_device_without_a_twin() -> None:
@@ -38,3 +40,4 @@ def test_every_call_has_a_kernel_on_the_device_without_a_twin() -> None:
     assert report["tinyllama"]["own"].keys() >= {"aten::mul.Tensor", "aten::nll_loss_backward"}
     assert "aten::native_group_norm" in report["UNet2DModel"]["own"]
     assert "aten::index.Tensor" in report["QwenImage21 transformer"]["own"]
+    assert report["Mixtral"]["own"].keys() >= {"aten::histc", "aten::_grouped_mm", "aten::cumsum"}

@@ -105,20 +105,32 @@ with flagos.routing.override({"default": ["probe", "cpu"]}):
     assert r.dtype == torch.float32 and torch.equal(r.cpu(), n / 4), r
     assert got == [2.0, 4] and type(got[1]) is int, got
     # a 0-dim CPU tensor the caller made is declined before the kernel (its device kernels
-    # cannot read host memory), as is an in-place op's scalar (an error there would not
-    # decline the call)
+    # cannot read host memory)
     got.clear()
     torch.testing.assert_close((x / torch.tensor(2.0)).cpu(), a / 2.0)
+    assert got == [], got
+    # an in-place op's scalar reaches its kernel too (here it declines: the CPU runs it)
     y = x.clone()
     y.mul_(3.0)
     torch.testing.assert_close(y.cpu(), a * 3.0)
-    assert got == [], got
+    assert got == [("mul_", 3.0)], got
+    # ... unless ATen refuses the call: a float result cannot be stored in an int tensor
+    got.clear()
+    m = n.to("flagos")
+    try:
+        m.mul_(0.5)
+        raise AssertionError("int_tensor.mul_(0.5) did not raise")
+    except RuntimeError as e:
+        assert "can't be cast" in str(e), e
+    assert got == [] and torch.equal(m.cpu(), n), (got, m)
+    m.mul_(2)
+    assert got == [("mul_", 2)] and torch.equal(m.cpu(), n * 2), (got, m)
     assert flagos.routing.stats()["aten::div.Tensor"]["probe"]["calls"] == 2
 print("ok")
 """
 
 
-def test_a_functional_ops_python_scalars_reach_the_kernel_without_a_twin(run_python) -> None:
+def test_python_scalars_reach_the_kernel_without_a_twin(run_python) -> None:
     # Without a twin, declining a call for its wrapped number would send every tensor of it
     # through host memory (the CPU fallback).
     r = run_python(SCALARS_WITHOUT_A_TWIN, env=NO_TWIN)

@@ -283,6 +283,139 @@ def test_integer_sums_accumulate_as_aten_does() -> None:
     assert kernel(small, dtype=torch.float32) is NotImplemented
 
 
+CUMSUM_CASES = {
+    "int32 counts to int32 offsets": (lambda: torch.tensor([3, 0, 5, 4], dtype=torch.int32,
+                                                           device=DEVICE), 0, torch.int32),
+    "bool mask": (lambda: torch.ones(2, 300, dtype=torch.bool, device=DEVICE), 1, None),
+    "int8 past its range": (lambda: torch.full((3, 100), 100, dtype=torch.int8,
+                                               device=DEVICE), -1, None),
+    "bf16 to float32": (lambda: _randn(4, 6, dtype=torch.bfloat16), 0, torch.float32),
+    "float32 to int64": (lambda: _randn(5) * 10, 0, torch.int64),
+    "0-dim": (lambda: torch.tensor(7, device=DEVICE), 0, None),
+}
+
+
+@pytest.mark.parametrize("case", CUMSUM_CASES)
+def test_cumsum_scans_in_atens_dtype(case: str) -> None:
+    make, dim, dtype = CUMSUM_CASES[case]
+    x = make()
+    library = _Library(torch.cumsum)
+    got = own_kernels.kernel_for("aten::cumsum", library)(x, dim, dtype=dtype)
+    want = torch.cumsum(x, dim, dtype=dtype)
+    assert got.dtype == want.dtype and torch.equal(got, want), (got, want)
+    for (given, kwargs) in library.calls:  # FlagGems scans the cast input in its dtype
+        assert given[0].dtype == kwargs["dtype"] == want.dtype
+    out = torch.empty(0, dtype=want.dtype, device=DEVICE)
+    cumsum_out = own_kernels.kernel_for("aten::cumsum.out", _Library(torch.cumsum))
+    assert cumsum_out(x, dim, dtype=dtype, out=out) is out and torch.equal(out, want)
+
+
+def test_cumsum_declines_what_aten_refuses_or_it_does_not_take() -> None:
+    cumsum = own_kernels.kernel_for("aten::cumsum", _Library(torch.cumsum))
+    x = torch.arange(4, device=DEVICE)
+    assert cumsum(x, 1) is NotImplemented  # dim out of range: ATen's error
+    assert cumsum(x, 0, dtype=torch.complex64) is NotImplemented
+    out = torch.empty(4, dtype=torch.int32, device=DEVICE)
+    cumsum_out = own_kernels.kernel_for("aten::cumsum.out", _Library(torch.cumsum))
+    assert cumsum_out(x, 0, out=out) is NotImplemented  # int64 scan, int32 out: ATen raises
+
+
+def test_grouped_mm_gives_the_library_contiguous_weights() -> None:
+    def library_grouped_mm(a, b, offs):
+        assert b.is_contiguous()
+        return torch._grouped_mm(a, b, offs=offs)
+
+    library = _Library(library_grouped_mm)
+    grouped_mm = own_kernels.kernel_for("aten::_grouped_mm", library)
+    a = _randn(48, 32)
+    w = _randn(4, 128, 32)  # experts' weights as a model keeps them, used transposed
+    offs = torch.tensor([10, 20, 40, 48], dtype=torch.int32, device=DEVICE)
+    got = grouped_mm(a, w.transpose(1, 2), offs)
+    want = torch._grouped_mm(a, w.transpose(1, 2), offs=offs)
+    _close(got, want)
+    assert len(library.calls) == 1
+    assert grouped_mm(a, w.transpose(1, 2)) is NotImplemented  # no offsets
+    assert grouped_mm(a, w.transpose(1, 2), offs, out_dtype=torch.bfloat16) is NotImplemented
+
+
+HISTC_CASES = {
+    "experts' int32 ids": (lambda: torch.tensor([0, 1, 3, 3, 2, 1, 3], dtype=torch.int32,
+                                                device=DEVICE), 4, 0, 3),
+    "int64 past the range": (lambda: torch.arange(-5, 40, device=DEVICE), 7, 0, 30),
+    "float32 from its extremes": (lambda: _randn(1000), 10, 0, 0),
+    "float32 in a range, strided": (lambda: _randn(50, 40)[:, ::3], 8, -1.0, 1.5),
+    "bf16 with NaN": (lambda: torch.tensor([0.5, float("nan"), 2.0, 3.0, -7.0],
+                                           dtype=torch.bfloat16, device=DEVICE), 3, 0, 3),
+    "one value": (lambda: torch.full((5,), 2.0, device=DEVICE), 4, 0, 0),
+    "empty": (lambda: torch.empty(0, device=DEVICE), 5, 0, 1),
+}
+
+
+@pytest.mark.parametrize("case", HISTC_CASES)
+def test_histc_counts_as_aten_does(case: str) -> None:
+    make, bins, lo, hi = HISTC_CASES[case]
+    x = make()
+    got = own_kernels.kernel_for("aten::histc")(x, bins, lo, hi)
+    # ATen's CPU histc takes floating inputs only; integers are counted as their values
+    reference = x if x.dtype.is_floating_point else x.double()
+    want = torch.histc(reference.float() if x.dtype == torch.bfloat16 else reference,
+                       bins, lo, hi).to(x.dtype)
+    assert got.dtype == x.dtype and torch.equal(got, want), (got, want)
+
+
+def test_histc_declines_what_aten_refuses() -> None:
+    histc = own_kernels.kernel_for("aten::histc")
+    x = _randn(10)
+    assert histc(x, 0) is NotImplemented
+    assert histc(x, 4, 2.0, 1.0) is NotImplemented  # max below min
+    assert histc(x, 4, 0.0, float("inf")) is NotImplemented
+    assert histc(x.double(), 4) is NotImplemented  # float64: counted in float32 here
+
+
+PROD_CASES = {
+    "patch grids, last dim": (lambda: torch.tensor([[1, 28, 40], [2, 14, 20]], device=DEVICE),
+                              (-1,), {}),
+    "past float32's integers": (lambda: torch.full((2, 3), 1000, dtype=torch.int32,
+                                                   device=DEVICE), (1, True), {}),
+    "int8 to int64 over 300": (lambda: torch.randint(-3, 4, (300, 2), dtype=torch.int8,
+                                                     device=DEVICE), (0,), {}),
+    "bool": (lambda: torch.rand(4, 5, device=DEVICE) > 0.2, (1,), {}),
+    "wrapping int16": (lambda: torch.full((40,), 7, dtype=torch.int16, device=DEVICE), (0,),
+                       {"dtype": torch.int16}),
+    "all elements": (lambda: torch.arange(1, 21, device=DEVICE).view(4, 5), (), {}),
+    "empty rows": (lambda: torch.empty(3, 0, dtype=torch.int64, device=DEVICE), (1,), {}),
+}
+
+
+@pytest.mark.parametrize("case", PROD_CASES)
+def test_integer_products_are_exact_as_aten_s(case: str) -> None:
+    make, args, kwargs = PROD_CASES[case]
+    x = make()
+    op = "aten::prod.dim_int" if args else "aten::prod"
+    got = own_kernels.kernel_for(op)(x, *args, **kwargs)
+    want = torch.prod(x, *args, **kwargs)
+    assert got.dtype == want.dtype and torch.equal(got, want), (got, want)
+
+
+def test_prod_leaves_floating_inputs_to_flaggems() -> None:
+    assert own_kernels.kernel_for("aten::prod")(_randn(3)) is NotImplemented
+    prod_dim = own_kernels.kernel_for("aten::prod.dim_int")
+    assert prod_dim(torch.arange(3, device=DEVICE), 1) is NotImplemented  # ATen's error
+    assert prod_dim(torch.arange(3, device=DEVICE), 0, dtype=torch.float32) is NotImplemented
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64, torch.int32])
+def test_floor_matches_aten(dtype: torch.dtype) -> None:
+    x = (_randn(6, 10) * 5).to(dtype)
+    floor = own_kernels.kernel_for("aten::floor")
+    for given in (x, x[:, ::3], x.t()):
+        got = floor(given)
+        assert torch.equal(got, torch.floor(given)) and got.stride() == torch.floor(given).stride()
+    out = torch.empty(0, dtype=dtype, device=DEVICE)
+    assert own_kernels.kernel_for("aten::floor.out")(x, out=out) is out
+    assert torch.equal(out, torch.floor(x))
+
+
 def _nonnegative(aten_op):
     """A stand-in for FlagGems' index kernels: ATen's, given only non-negative indices."""
 
@@ -353,7 +486,10 @@ def test_the_own_kernels_are_the_ops_listed() -> None:
                                     "aten::upsample_nearest2d", "aten::index.Tensor",
                                     "aten::_upsample_nearest_exact2d",
                                     "aten::index_put", "aten::index_put_",
-                                    "aten::_index_put_impl_"}
+                                    "aten::_index_put_impl_", "aten::cumsum",
+                                    "aten::cumsum.out", "aten::_grouped_mm", "aten::histc",
+                                    "aten::prod", "aten::prod.dim_int", "aten::floor",
+                                    "aten::floor.out"}
     assert own_kernels.kernel_for("aten::add.Tensor") is None
     assert own_kernels.kernel_for("aten::cat") is None  # it needs the library's cat
 

@@ -299,9 +299,9 @@ def _unfold_backward_ok(grad_in: torch.Tensor, *_: object, **__: object) -> bool
     return grad_in.is_contiguous() and grad_in.dtype != torch.float64
 
 
-def _same_shape_mask(inp: torch.Tensor, mask: torch.Tensor, *_: object, **__: object) -> bool:
-    # inp is not expanded to the broadcast shape
-    return inp.shape == mask.shape
+def _mask_within_input(inp: torch.Tensor, mask: torch.Tensor, *_: object, **__: object) -> bool:
+    # the mask is broadcast to the input's shape, the input never to the mask's
+    return torch.broadcast_shapes(inp.shape, mask.shape) == inp.shape
 
 
 def _beta_nonzero(*_: object, beta: object = 1, **__: object) -> bool:
@@ -416,7 +416,7 @@ _GENERIC_EXACT: dict[tuple[str, str], Callable[..., bool]] = {
     ("var_mean.py", "var_mean"): _var_ok,
     ("scatter_add_.py", "scatter_add_"): _scatter_add_in_place,
     ("scatter.py", "scatter"): _scatter_dense,
-    ("masked_scatter.py", "masked_scatter"): _same_shape_mask,
+    ("masked_scatter.py", "masked_scatter"): _mask_within_input,
     ("select_scatter.py", "select_scatter"): _input_contiguous,
     ("slice_scatter.py", "slice_scatter"): _slice_scatter_ok,
     ("topk.py", "topk"): _tensors_contiguous,

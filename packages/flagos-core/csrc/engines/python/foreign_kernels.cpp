@@ -1,5 +1,8 @@
 #include "engines/python/foreign_kernels.h"
 
+#include <ATen/ops/result_type.h>
+#include <c10/core/ScalarType.h>
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -138,6 +141,25 @@ bool run_direct(const ResolvedKernel& resolved, const c10::OperatorHandle& op,
   return call_kernel(resolved, op, stack);
 }
 
+// Whether each argument the op writes keeps its dtype beside the wrapped numbers: ATen
+// raises for `int_tensor.add_(0.5)` (a float result cannot be stored in place), which a
+// library kernel given the Python scalar may not; such a call goes to the next provider,
+// for ATen's error.
+bool wrapped_numbers_fit_written(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  const auto& arguments = op.schema().arguments();
+  size_t base = stack.size() - arguments.size();
+  for (size_t w = 0; w < arguments.size(); ++w) {
+    const auto& alias = arguments[w].alias_info();
+    if (!alias || !alias->isWrite() || !stack[base + w].isTensor()) continue;
+    const at::Tensor& written = stack[base + w].toTensor();
+    bool fits = !any_tensor_argument(stack, arguments.size(), [&](const at::Tensor& t) {
+      return on_host(t) && !c10::canCast(at::result_type(written, t), written.scalar_type());
+    });
+    if (!fits) return false;
+  }
+  return true;
+}
+
 // run_direct with each wrapped number among the arguments replaced by its value (a Python
 // scalar to the kernel); the arguments as they were where the kernel declines.
 bool run_with_python_scalars(const ResolvedKernel& resolved, const c10::OperatorHandle& op,
@@ -167,9 +189,11 @@ bool run_foreign(const PyObjectRef& resolver, const c10::OperatorHandle& op,
   // A device's kernels cannot read a CPU scalar tensor that ATen takes beside its tensors.
   if ((!twin || *twin != c10::DeviceType::CPU) && any_tensor_argument(*stack, n, on_host)) {
     // Without a twin the next provider would be the CPU fallback, a round trip of every
-    // tensor through host memory: a functional op's wrapped numbers are given to the
-    // kernel as the Python scalars they were (kernel libraries take scalars there).
-    if (twin || !resolved.declines_on_error || any_tensor_argument(*stack, n, on_host_not_wrapped))
+    // tensor through host memory: wrapped numbers are given to the kernel as the Python
+    // scalars they were (kernel libraries take scalars there; an in-place op's kernel that
+    // raises on one propagates its error, as it does on tensors).
+    if (twin || any_tensor_argument(*stack, n, on_host_not_wrapped) ||
+        (!resolved.declines_on_error && !wrapped_numbers_fit_written(op, *stack)))
       return false;
     return run_with_python_scalars(resolved, op, stack);
   }

@@ -23,16 +23,26 @@ kernel of its own instead, one op per module here, each tested against ATen
 - ``aten::cat`` (:mod:`.cat`): several dtypes, or one tensor beside legacy empty ones (a
   key-value cache's first update), which FlagGems returns itself instead of a copy;
 - ``aten::sum`` (:mod:`.sum`): integers and bools, summed in int64 as ATen does (FlagGems
-  sums them in their own dtype).
+  sums them in their own dtype);
+- ``aten::cumsum`` and ``cumsum.out`` (:mod:`.cumsum`): integers and bools, and a
+  ``dtype`` other than the input's, cast first and scanned as ATen does (FlagGems scans
+  narrow integers in int32, and its guard declines other dtypes);
+- ``aten::_grouped_mm`` (:mod:`.grouped_mm`): expert weights of any strides (FlagGems
+  addresses them as contiguous; a mixture-of-experts layer passes a transposed view);
+- ``aten::prod`` and ``prod.dim_int`` (:mod:`.prod`): integers and bools, multiplied in
+  int64 (FlagGems multiplies in float32).
 
 - ``aten::index.Tensor``, ``aten::index_put`` (and ``index_put_``, ``_index_put_impl_``)
   (:mod:`.index`, :mod:`.index_put`): negative indices, which FlagGems masks out instead
   of wrapping (its guard declines every call).
 
-- ``aten::_upsample_nearest_exact2d`` (:mod:`.upsample_nearest2d`), which FlagGems 5.0
-  lacks (a Qwen-Image VAE upsamples so): served for every call it takes.
+- ``aten::_upsample_nearest_exact2d`` (:mod:`.upsample_nearest2d`), ``aten::histc``
+  (:mod:`.histc`) and ``aten::floor`` with ``floor.out`` (:mod:`.floor`), which FlagGems
+  5.0 lacks (a Qwen-Image VAE upsamples so; a mixture-of-experts layer counts its
+  experts' tokens with ``histc``; FlagGems has ``floor_`` only): served for every call
+  they take.
 
-The index, index_put, cat and sum kernels hand the calls FlagGems computes as ATen does to FlagGems' own kernel, with
+The index, index_put, cat, sum, cumsum and grouped_mm kernels hand the calls FlagGems computes as ATen does to FlagGems' own kernel, with
 the inputs cast, the lone tensor copied or the indices wrapped (on the device, through
 other ops or a Triton kernel of this package).
 
@@ -77,6 +87,14 @@ OPS: dict[str, OwnKernel] = {
     "aten::cat": OwnKernel("cat", "cat", library_kernel=True),
     "aten::sum": _SUM,
     "aten::sum.dim_IntList": _SUM,
+    "aten::cumsum": OwnKernel("cumsum", "cumsum", library_kernel=True),
+    "aten::cumsum.out": OwnKernel("cumsum", "cumsum_out", library_kernel=True),
+    "aten::_grouped_mm": OwnKernel("grouped_mm", "grouped_mm", library_kernel=True),
+    "aten::histc": OwnKernel("histc", "histc"),
+    "aten::prod": OwnKernel("prod", "prod"),
+    "aten::prod.dim_int": OwnKernel("prod", "prod_dim"),
+    "aten::floor": OwnKernel("floor", "floor"),
+    "aten::floor.out": OwnKernel("floor", "floor_out"),
 }
 
 
