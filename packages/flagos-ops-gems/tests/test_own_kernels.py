@@ -195,6 +195,39 @@ def test_group_norm_matches_aten(case: str) -> None:
             torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5)
 
 
+GROUP_NORM_BACKWARD_CASES = {
+    "3 channels per group": (2, 6, 5, 2, torch.float32, True),
+    "no weight": (3, 6, 7, 3, torch.float32, False),
+    "float64, one group": (2, 5, 4, 1, torch.float64, True),
+    "bf16 input, float32 weight": (2, 12, 9, 4, torch.bfloat16, True),
+}
+
+
+@pytest.mark.parametrize("case", GROUP_NORM_BACKWARD_CASES)
+def test_group_norm_backward_matches_aten(case: str) -> None:
+    n, c, hw, groups, dtype, with_weight = GROUP_NORM_BACKWARD_CASES[case]
+    x = _randn(n, c, hw, dtype=dtype)
+    dy = _randn(n, c, hw, dtype=dtype)
+    param_dtype = torch.float32 if dtype == torch.bfloat16 else dtype
+    w = _randn(c, dtype=param_dtype) if with_weight else None
+    b = _randn(c, dtype=param_dtype) if with_weight else None
+    aten = torch.ops.aten
+    _, mean, rstd = aten.native_group_norm(x, w, b, n, c, hw, groups, 1e-5)
+    backward = own_kernels.kernel_for("aten::native_group_norm_backward")
+    masks = ([True, True, True], [True, False, False], [False, True, True]) if with_weight \
+        else ([True, False, False],)  # without a weight autograd asks for grad_input alone
+    for mask in masks:
+        got = backward(dy, x, mean, rstd, w, n, c, hw, groups, mask)
+        want = aten.native_group_norm_backward(dy, x, mean, rstd, w, n, c, hw, groups, mask)
+        for g, e, asked in zip(got, want, mask, strict=True):
+            if not asked:
+                assert g is None
+                continue
+            assert g.dtype == e.dtype and g.shape == e.shape
+            tol = {"rtol": 2e-2, "atol": 2e-2} if dtype == torch.bfloat16 else {}
+            torch.testing.assert_close(g, e, **tol)
+
+
 def test_group_norm_statistics_are_float32_for_parameters_of_another_dtype() -> None:
     x, w = _randn(2, 6, 4, 4, dtype=torch.bfloat16), _randn(6)
     out, mean, rstd = own_kernels.kernel_for("aten::native_group_norm")(
@@ -483,6 +516,7 @@ def test_the_own_kernels_are_the_ops_listed() -> None:
     assert set(own_kernels.OPS) == {"aten::mul.Tensor", "aten::slice_backward",
                                     "aten::nll_loss_backward", "aten::cat", "aten::sum",
                                     "aten::sum.dim_IntList", "aten::native_group_norm",
+                                    "aten::native_group_norm_backward",
                                     "aten::upsample_nearest2d", "aten::index.Tensor",
                                     "aten::_upsample_nearest_exact2d",
                                     "aten::index_put", "aten::index_put_",

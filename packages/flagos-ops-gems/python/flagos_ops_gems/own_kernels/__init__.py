@@ -15,9 +15,9 @@ kernel of its own instead, one op per module here, each tested against ATen
   (FlagGems' kernel stores a zero at the ignored index's column, outside the row; it is
   never run), so a language model's loss gradient, the size of its logits, stays on the
   device;
-- ``aten::native_group_norm`` (:mod:`.group_norm`): any number of channels per group
-  (FlagGems' forward reads into the next group where ``C / groups`` is not a power of
-  two, as in Stable Diffusion's UNet);
+- ``aten::native_group_norm`` and its backward (:mod:`.group_norm`): any number of
+  channels per group (FlagGems' kernels read, and its backward writes, into the next group
+  where ``C / groups`` is not a power of two, as in Stable Diffusion's UNet);
 - ``aten::upsample_nearest2d`` (:mod:`.upsample_nearest2d`): an input of any strides
   (FlagGems' reads it as contiguous NCHW; a channels-last input is read wrong);
 - ``aten::cat`` (:mod:`.cat`): several dtypes, or one tensor beside legacy empty ones (a
@@ -78,6 +78,7 @@ OPS: dict[str, OwnKernel] = {
     "aten::nll_loss_backward": OwnKernel("nll_loss_backward", "nll_loss_backward"),
     "aten::slice_backward": OwnKernel("slice_backward", "slice_backward"),
     "aten::native_group_norm": OwnKernel("group_norm", "native_group_norm"),
+    "aten::native_group_norm_backward": OwnKernel("group_norm", "native_group_norm_backward"),
     "aten::upsample_nearest2d": OwnKernel("upsample_nearest2d", "upsample_nearest2d"),
     "aten::_upsample_nearest_exact2d": OwnKernel("upsample_nearest2d", "upsample_nearest_exact2d"),
     "aten::index.Tensor": OwnKernel("index", "index", library_kernel=True),
