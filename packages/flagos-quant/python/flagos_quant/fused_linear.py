@@ -29,8 +29,8 @@ from flagos import launch_cache
 
 from .dequant import dequantize_fp4, dequantize_fp8
 
-__all__ = ["FP8_WEIGHT_LINEAR", "NVFP4_WEIGHT_LINEAR", "fp8_weight_linear",
-           "fp8_weight_linear_reference", "nvfp4_weight_linear",
+__all__ = ["FP8_WEIGHT_LINEAR", "NVFP4_WEIGHT_LINEAR", "fp8_triton", "fp8_weight_linear",
+           "fp8_weight_linear_reference", "nvfp4_triton", "nvfp4_weight_linear",
            "nvfp4_weight_linear_reference"]
 
 FP8_WEIGHT_LINEAR = "flagos_quant::fp8_weight_linear"
@@ -89,7 +89,9 @@ def _check_nvfp4(x, weight) -> None:
                          f"{tuple(weight.shape)}")
 
 
-def _fp8_cuda(x, weight, weight_scale, block, bias):
+def fp8_triton(x, weight, weight_scale, block, bias):
+    """The FP8 op by flagos-quant's Triton kernel on ``x``'s device (the reference formula
+    where the kernel takes no such call)."""
     _check_fp8(x, weight, weight_scale, block)
     from . import triton_linear
 
@@ -98,7 +100,9 @@ def _fp8_cuda(x, weight, weight_scale, block, bias):
         x, weight, weight_scale, block, bias)
 
 
-def _nvfp4_cuda(x, weight, weight_scale, weight_scale_2, bias):
+def nvfp4_triton(x, weight, weight_scale, weight_scale_2, bias):
+    """The NVFP4 op by flagos-quant's Triton kernel on ``x``'s device (the reference
+    formula where the kernel takes no such call)."""
     _check_nvfp4(x, weight)
     from . import triton_linear
 
@@ -117,8 +121,8 @@ for _key, _fp8, _fp4 in (("CPU", fp8_weight_linear_reference, nvfp4_weight_linea
     _lib.impl("nvfp4_weight_linear", _fp4, _key)
 # The CUDA kernels' one-row launches are repeated from C++ on later calls of the same
 # argument metadata (decoding at batch 1 is bound by the host's time per call)
-launch_cache.register(FP8_WEIGHT_LINEAR, "cuda", _fp8_cuda)
-launch_cache.register(NVFP4_WEIGHT_LINEAR, "cuda", _nvfp4_cuda)
+launch_cache.register(FP8_WEIGHT_LINEAR, "cuda", fp8_triton)
+launch_cache.register(NVFP4_WEIGHT_LINEAR, "cuda", nvfp4_triton)
 
 
 def _setup(ctx, inputs, output) -> None:

@@ -34,7 +34,8 @@ __all__ = ["ENTRY_POINT_GROUP", "WELL_KNOWN_PROVIDERS", "CpuProvider", "Provider
 
 ENTRY_POINT_GROUP = "flagos.ops"
 
-WELL_KNOWN_PROVIDERS: frozenset[str] = frozenset({"native", "gems", "boxing", "emulation", "cpu"})
+WELL_KNOWN_PROVIDERS: frozenset[str] = frozenset({"native", "gems", "boxing", "quant-triton",
+                                                   "emulation", "cpu"})
 """Provider names a routing file may use whether or not they are installed here (a chain
 entry that is not installed is skipped at resolution with the reason "not installed")."""
 
