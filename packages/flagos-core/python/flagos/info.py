@@ -93,9 +93,10 @@ def format_info(info: dict[str, Any]) -> str:
     if not info["devices"]:
         out.append("  none")
     out += ["", "Op providers:"]
+    width = max([10, *(len(p["name"]) for p in info["providers"])])
     for p in info["providers"]:
         hals = "all HALs" if p["hals"] is None else ", ".join(p["hals"])
-        out.append(f"  {p['name']:<10} {p['kind']:<7} on {hals}  ({p['module']})")
+        out.append(f"  {p['name']:<{width}} {p['kind']:<7} on {hals}  ({p['module']})")
         if p.get("unavailable"):
             out.append(f"      {p['unavailable']}")
         out += [f"      {line}" for line in p.get("status", [])]
