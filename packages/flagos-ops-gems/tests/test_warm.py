@@ -78,3 +78,19 @@ def test_where_gems_cannot_run_the_command_says_why(caches, capsys) -> None:
 def test_bad_sizes_are_named() -> None:
     with pytest.raises(SystemExit, match="--batch is AxB"):
         warm._tinyllama_step("1x64", "2by16", "float32")
+
+
+@pytest.mark.skipif(not SIM, reason="on a GPU the command would warm for real")
+def test_run_as_a_module_the_gems_entry_point_loads() -> None:
+    # `python -m flagos_ops_gems.warm` imports this package before torch; torch then loads
+    # flagos, whose provider discovery must find the package's entry point whole
+    import os
+    import subprocess
+
+    r = subprocess.run([sys.executable, "-m", "flagos_ops_gems.warm", "--tinyllama", "1x64",
+                        "--batch", "2x16"], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "FLAGOS_HAL": "sim"}, check=False)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "entry point 'gems'" not in r.stderr and "partially initialized" not in r.stderr, \
+        r.stderr
+    assert "gems is not available on flagos:0:" in r.stderr

@@ -20,15 +20,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ._flag_gems import SUPPORTED, FlagGems
-from ._library import KernelLibrary, LibraryUnavailable, OpTable
-from ._provider import KernelLibraryProvider
-
-__all__ = [
-    "ROUTES_FILE", "SUPPORTED", "FlagGems", "KernelLibrary", "KernelLibraryProvider",
-    "LibraryUnavailable", "OpTable", "gems_unavailable", "provider", "register_library",
-]
-
 ROUTES_FILE = str(Path(__file__).parent / "routes" / "gems.toml")
 """The routing file that sends every op FlagGems serves to ``gems`` (boxing, cpu behind)."""
 
@@ -39,6 +30,8 @@ def register_library(name: str, library: KernelLibrary) -> KernelLibraryProvider
     (install it with ``flagos.routing.register_provider`` when not returned from an entry
     point). Nothing of the library is imported here."""
     from flagos.provider_api import register_foreign_provider
+
+    from ._provider import KernelLibraryProvider
 
     p = KernelLibraryProvider(name, library)
     register_foreign_provider(name, p.resolve_kernel)
@@ -58,4 +51,22 @@ def gems_unavailable(device: int = 0) -> str | None:
 
 def provider() -> KernelLibraryProvider:
     """Entry point of group ``flagos.ops``: the ``gems`` provider (FlagGems)."""
+    from ._flag_gems import FlagGems
+
     return register_library("gems", FlagGems())
+
+
+# Everything above is what flagos' entry points read (provider, ROUTES_FILE). torch comes
+# before this package's modules: importing it loads flagos, whose provider discovery calls
+# provider() above, which imports them itself; run as `python -m flagos_ops_gems.warm`,
+# this package is imported before torch is.
+import torch  # noqa: F401
+
+from ._flag_gems import SUPPORTED, FlagGems
+from ._library import KernelLibrary, LibraryUnavailable, OpTable
+from ._provider import KernelLibraryProvider
+
+__all__ = [
+    "ROUTES_FILE", "SUPPORTED", "FlagGems", "KernelLibrary", "KernelLibraryProvider",
+    "LibraryUnavailable", "OpTable", "gems_unavailable", "provider", "register_library",
+]
