@@ -17,6 +17,8 @@ from collections.abc import Callable
 
 import torch
 
+from ._results import into_out
+
 __all__ = ["cumsum", "cumsum_out"]
 
 
@@ -49,9 +51,4 @@ def cumsum_out(library_cumsum: Callable[..., torch.Tensor], inp: torch.Tensor, d
     target = _scan_dtype(inp, dtype)
     if target is None or out.dtype != target:
         return NotImplemented
-    result = cumsum(library_cumsum, inp, dim, dtype=dtype)
-    if result is NotImplemented:
-        return result
-    if out.shape != result.shape:
-        out.resize_(result.shape)
-    return out.copy_(result)
+    return into_out(cumsum(library_cumsum, inp, dim, dtype=dtype), out)

@@ -14,6 +14,7 @@ import triton
 import triton.language as tl
 
 from .._kernel_guards import is_dense
+from ._results import into_out
 
 __all__ = ["floor", "floor_out"]
 
@@ -52,9 +53,4 @@ def floor_out(input: torch.Tensor, *, out: torch.Tensor) -> torch.Tensor:
     ATen resizes it); NotImplemented where ``out``'s dtype is not the input's."""
     if out.dtype != input.dtype:
         return NotImplemented
-    result = floor(input)
-    if result is NotImplemented:
-        return result
-    if out.shape != result.shape:
-        out.resize_(result.shape)
-    return out.copy_(result)
+    return into_out(floor(input), out)

@@ -15,6 +15,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ._results import integer_result_dtype
+
 __all__ = ["prod", "prod_dim"]
 
 _BLOCK = 256
@@ -35,16 +37,6 @@ def _prod_rows_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr, ITERS: tl.constexpr)
     tl.store(y_ptr + row, tl.reduce(acc, 0, _multiply).to(y_ptr.dtype.element_ty))
 
 
-def _result_dtype(inp: torch.Tensor, dtype: torch.dtype | None) -> torch.dtype | None:
-    """The integer dtype ATen returns, or None for a call this kernel does not take."""
-    if inp.dtype.is_floating_point or inp.is_complex():
-        return None
-    target = torch.int64 if dtype is None else dtype
-    if target.is_floating_point or target.is_complex or target == torch.bool:
-        return None
-    return target
-
-
 def _prod_rows(rows: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """The product of each row of the 2-d ``rows``, in ``dtype``."""
     m, n = rows.shape
@@ -58,7 +50,7 @@ def _prod_rows(rows: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 def prod(inp: torch.Tensor, *, dtype: torch.dtype | None = None) -> torch.Tensor:
     """``torch.prod(inp, dtype=dtype)`` of an integer or bool ``inp``; NotImplemented for
     floating ones (FlagGems' own prod serves those) and floating ``dtype``."""
-    target = _result_dtype(inp, dtype)
+    target = integer_result_dtype(inp, dtype)
     if target is None:
         return NotImplemented
     return _prod_rows(inp.reshape(1, -1), target).reshape(())
@@ -69,7 +61,7 @@ def prod_dim(inp: torch.Tensor, dim: int, keepdim: bool = False, *,
     """``torch.prod(inp, dim, keepdim, dtype=dtype)`` of an integer or bool ``inp``;
     NotImplemented as :func:`prod`, and for a ``dim`` out of range (ATen's error, from the
     next provider)."""
-    target = _result_dtype(inp, dtype)
+    target = integer_result_dtype(inp, dtype)
     rank = max(inp.dim(), 1)
     if target is None or not -rank <= dim < rank:
         return NotImplemented

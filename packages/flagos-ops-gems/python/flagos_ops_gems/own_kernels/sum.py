@@ -13,6 +13,8 @@ from collections.abc import Callable
 
 import torch
 
+from ._results import integer_result_dtype
+
 __all__ = ["sum"]
 
 
@@ -21,11 +23,7 @@ def sum(library_sum: Callable[..., torch.Tensor], inp: torch.Tensor, *args: obje
     """``torch.sum(inp, *args, dtype=dtype)`` of an integer or bool ``inp`` as ATen computes
     it; NotImplemented for floating and complex inputs (FlagGems' own sum serves those) and
     for a floating ``dtype``."""
-    if not isinstance(inp, torch.Tensor) or inp.dtype.is_floating_point or inp.is_complex():
-        return NotImplemented
-    target = torch.int64 if dtype is None else dtype
-    if target.is_floating_point or target.is_complex or target == torch.bool:
-        return NotImplemented
-    if kwargs.get("out") is not None:
+    target = integer_result_dtype(inp, dtype)
+    if target is None or kwargs.get("out") is not None:
         return NotImplemented
     return library_sum(inp.to(target), *args, dtype=target, **kwargs)
