@@ -58,33 +58,55 @@ class _Descriptor(SimpleNamespace):
     """What Triton's TensorDescriptor holds: base, shape, strides, block shape, padding."""
 
 
-def _launcher(driver, signature: dict, meta) -> object:
+def _launcher(driver, signature: dict, meta, typed: bool = False) -> object:
+    """The driver's launcher of a kernel: packing its parameters in Python, or (``typed``: a
+    target that names its warp size, as compiled kernels' do) in C++."""
     src = SimpleNamespace(signature=signature, constants={})
+    target = SimpleNamespace(backend="cuda", **({"warp_size": 1} if typed else {}))
     md = SimpleNamespace(num_warps=1, shared=0, num_ctas=1, launch_cooperative_grid=False,
-                         launch_pdl=False, tensordesc_meta=meta, target=SimpleNamespace(backend="cuda"))
-    return driver.launcher_cls(src, md)
+                         launch_pdl=False, tensordesc_meta=meta, target=target)
+    launcher = driver.launcher_cls(src, md)
+    assert (launcher.typed is not None) == typed
+    return launcher
 
 
-@pytest.mark.parametrize("lowered", ["tile copies", "plain loads"])
-def test_the_triton_launcher_passes_descriptors_as_the_cuda_backend(module, lowered):
-    triton_driver = pytest.importorskip("flagos.triton_driver")
-    driver = triton_driver.HalDriver()
-    x = torch.randn(10, 7)
-    fx = x.to("flagos")
+def _tile_kernel(module, lowered: str):
+    """(function, signature, tensordesc_meta, tile) of the sim's tile kernel taking a
+    descriptor ``lowered`` to tile copies or to plain loads."""
     if lowered == "tile copies":
         name, tile = "tile_by_descriptor", (8, 8)
         meta = [{"swizzle": 0, "elem_size": 4, "elem_type": 0, "block_size": list(tile), "fp4_padded": False}]
     else:
         name, tile, meta = "tile_by_pointer", (4, 4), None
-    function = module.kernel(name, ()).handle
     signature = {"desc": f"tensordesc<fp32[{tile[0]}, {tile[1]}]>", "out": "*fp32", "row": "i64", "col": "i64",
                  "BLOCK": "constexpr"}
-    launcher = _launcher(driver, signature, meta)
+    return module.kernel(name, ()).handle, signature, meta, tile
+
+
+def _descriptor(x: torch.Tensor, tile: tuple[int, int]) -> _Descriptor:
+    return _Descriptor(base=x, shape=list(x.shape), strides=list(x.stride()), block_shape=list(tile),
+                       padding="zero")
+
+
+@pytest.mark.parametrize("typed", [False, True], ids=["packed", "typed"])
+@pytest.mark.parametrize("lowered", ["tile copies", "plain loads"])
+def test_the_triton_launcher_passes_descriptors_as_the_cuda_backend(module, lowered, typed):
+    triton_driver = pytest.importorskip("flagos.triton_driver")
+    driver = triton_driver.HalDriver()
+    x = torch.randn(10, 7)
+    fx = x.to("flagos")
+    function, signature, meta, tile = _tile_kernel(module, lowered)
+    launcher = _launcher(driver, signature, meta, typed)
     out = torch.full(tile, -1.0, device="flagos")
     desc = _Descriptor(base=fx, shape=list(fx.shape), strides=list(fx.stride()), block_shape=list(tile),
                        padding="zero")
     launcher(1, 1, 1, driver.get_current_stream(0), function, None, None, None, None, desc, out, 6, 4, 4)
     torch.testing.assert_close(out.cpu(), _expected(x, 6, 4, tile, 0.0))
+    if typed:  # a descriptor of another rank than the kernel's is refused before launching
+        bad = _Descriptor(base=fx, shape=[70], strides=[1], block_shape=[8], padding="zero")
+        with pytest.raises(ValueError, match="shape has 1 entries for a 2-d parameter"):
+            launcher(1, 1, 1, driver.get_current_stream(0), function, None, None, None, None, bad, out, 6, 4, 4)
+        return
     # a layout flagos does not know is refused, naming the backend
     md = _launcher(driver, signature, meta)
     md.backend = "acme"
@@ -92,9 +114,9 @@ def test_the_triton_launcher_passes_descriptors_as_the_cuda_backend(module, lowe
         md(1, 1, 1, 0, function, None, None, None, None, desc, out, 0, 0, 4)
 
 
-def test_a_launch_with_a_descriptor_is_never_relaunched(module):
-    # The descriptor's bytes hold the tensor's address, which a relaunch cannot rewrite: a
-    # launch-cached op that launches one always runs its Python kernel.
+def test_a_launch_with_encoded_descriptor_bytes_is_never_relaunched(module):
+    # Bytes encoded outside the launcher hold the tensor's address, which a relaunch cannot
+    # rewrite: a launch-cached op that launches them always runs its Python kernel.
     k = module.kernel("tile_by_descriptor", ("bytes", "i32", "i32", "i64", "i64", "*fp32", "i64", "i64"))
 
     def kernel(x: torch.Tensor) -> torch.Tensor:
@@ -113,5 +135,39 @@ def test_a_launch_with_a_descriptor_is_never_relaunched(module):
         after = launch_cache.stats()
         assert after["kept"] == before["kept"] and after["relaunched"] == before["relaunched"]
         assert after["python"] - before["python"] == 3
+    finally:
+        lib._destroy()
+
+
+@pytest.mark.parametrize("lowered", ["tile copies", "plain loads"])
+def test_a_triton_launch_with_a_descriptor_is_relaunched_with_each_calls_address(module, lowered):
+    # Through the Triton launcher the descriptor's source is kept: a relaunch encodes it
+    # again with the new call's tensor (results from a stale address would be the first
+    # call's tile, kept alive here).
+    triton_driver = pytest.importorskip("flagos.triton_driver")
+    driver = triton_driver.HalDriver()
+    function, signature, meta, tile = _tile_kernel(module, lowered)
+    launcher = _launcher(driver, signature, meta, typed=True)
+
+    def kernel(x: torch.Tensor) -> torch.Tensor:
+        out = torch.empty(tile, device=x.device)
+        launcher(1, 1, 1, driver.get_current_stream(x.device.index), function, None, None, None, None,
+                 _descriptor(x, tile), out, 2, 1, tile[0])
+        return out
+
+    name = f"tile_{lowered.replace(' ', '_')}"
+    lib = torch.library.Library("flagos_test_tensor_descriptors", "FRAGMENT")
+    lib.define(f"{name}(Tensor x) -> Tensor")
+    launch_cache.register(f"flagos_test_tensor_descriptors::{name}", "flagos", kernel)
+    op = getattr(torch.ops.flagos_test_tensor_descriptors, name)
+    try:
+        before = launch_cache.stats()
+        inputs = [torch.randn(9, 6) for _ in range(4)]
+        kept_alive = [x.to("flagos") for x in inputs]
+        for x, fx in zip(inputs, kept_alive):
+            torch.testing.assert_close(op(fx).cpu(), _expected(x, 2, 1, tile, 0.0))
+        after = launch_cache.stats()
+        assert after["kept"] - before["kept"] == 1
+        assert after["relaunched"] - before["relaunched"] == 3
     finally:
         lib._destroy()

@@ -134,10 +134,13 @@ class HalLauncher:
         # The launch with its parameters converted in C++ (its kinds fixed here, once), where
         # every parameter is mirrored and no scratch memory is asked for; otherwise packed
         # here at each launch.
-        kinds = launch_cache.param_kinds(self.types)
+        kinds, descriptors = launch_cache.param_kinds(self.types), []
+        if kinds is None and triton_tensor_descriptors.has_descriptors(self.types):
+            kinds, descriptors = (triton_tensor_descriptors.typed_kinds(
+                self.types, self.tensordesc_meta, self.backend) or (None, []))
         warp_size = getattr(target, "warp_size", 0)
         self.typed = (_C._TypedLauncher(kinds + "z" * len(self.scratch), self.num_warps * warp_size,
-                                        self.shared)
+                                        self.shared, descriptors)
                       if kinds is not None and warp_size and not any(s for s, _ in self.scratch)
                       else None)
 

@@ -185,10 +185,10 @@ void launch_from_python(int device, uintptr_t function, const std::vector<uint32
 
 // kernel_encode_tensor_descriptor (ABI 1.5) of flagos:device: the descriptor's bytes, for a
 // launch parameter passed by value.
-py::bytes encode_tensor_descriptor(int device, uint64_t base, const std::vector<uint64_t>& shape,
-                                   const std::vector<int64_t>& strides, const std::vector<uint32_t>& block,
-                                   uint32_t element_size, int32_t element_type, int32_t swizzle,
-                                   bool fill_nan) {
+py::bytes encode_tensor_descriptor_py(int device, uint64_t base, const std::vector<uint64_t>& shape,
+                                      const std::vector<int64_t>& strides, const std::vector<uint32_t>& block,
+                                      uint32_t element_size, int32_t element_type, int32_t swizzle,
+                                      bool fill_nan) {
   auto index = static_cast<c10::DeviceIndex>(device);
   const flagos_hal_table_t& t = kernel_hal(index);
   const char* name = "?";
@@ -214,15 +214,29 @@ py::bytes encode_tensor_descriptor(int device, uint64_t base, const std::vector<
   info.element_type = element_type;
   info.swizzle = swizzle;
   info.fill_nan = fill_nan ? 1 : 0;
-  alignas(64) unsigned char out[512];
-  size_t size = sizeof out;
-  flagos_status_t st = t.kernel_encode_tensor_descriptor(hal_device(index).local_index, &info, out, &size);
-  TORCH_CHECK(st == FLAGOS_SUCCESS, "flagos: encoding a tensor descriptor of ", n, " dimensions on flagos:",
-              device, " failed: ", last_error(t));
-  return py::bytes(reinterpret_cast<const char*>(out), size);
+  TensorDescriptorBytes out;
+  size_t size = 0;
+  std::string error;
+  TORCH_CHECK(encode_tensor_descriptor(index, info, out, &size, &error) == FLAGOS_SUCCESS,
+              "flagos: encoding a tensor descriptor of ", n, " dimensions on flagos:", device,
+              " failed: ", error);
+  return py::bytes(reinterpret_cast<const char*>(out.bytes), size);
 }
 
 }  // namespace
+
+flagos_status_t encode_tensor_descriptor(c10::DeviceIndex device, const flagos_tensor_descriptor_info_t& info,
+                                         TensorDescriptorBytes& out, size_t* size, std::string* error) {
+  const flagos_hal_table_t& t = hal_of(device);
+  if (!FLAGOS_HAL_HAS(&t, kernel_encode_tensor_descriptor)) {
+    if (error) *error = "the HAL encodes no tensor descriptors (ABI 1.5)";
+    return FLAGOS_ERROR_NOT_SUPPORTED;
+  }
+  *size = sizeof out.bytes;
+  flagos_status_t st = t.kernel_encode_tensor_descriptor(hal_device(device).local_index, &info, out.bytes, size);
+  if (st != FLAGOS_SUCCESS && error) *error = last_error(t);
+  return st;
+}
 
 flagos_status_t launch_kernel(const KernelLaunch& l, const c10::Stream& stream, void* const* params,
                               const size_t* sizes, int n, std::string* error) {
@@ -258,7 +272,7 @@ void bind_hal_kernels(py::module& m) {
       .def("function", &KernelModule::function)
       .def("set_shared_memory", &KernelModule::set_shared_memory)
       .def_property_readonly("device", &KernelModule::device);
-  m.def("_kernel_encode_tensor_descriptor", &encode_tensor_descriptor, py::arg("device"), py::arg("base"),
+  m.def("_kernel_encode_tensor_descriptor", &encode_tensor_descriptor_py, py::arg("device"), py::arg("base"),
         py::arg("shape"), py::arg("strides"), py::arg("block"), py::arg("element_size"),
         py::arg("element_type"), py::arg("swizzle"), py::arg("fill_nan"));
   m.def("_kernel_launch", &launch_from_python, py::arg("device"), py::arg("function"),

@@ -24,6 +24,19 @@ struct KernelLaunch {
   uint32_t shared_bytes = 0;
 };
 
+// A tensor descriptor passed by value (ABI 1.5, kernel_encode_tensor_descriptor): the
+// bytes the HAL encodes, in storage aligned as a CUtensorMap must be.
+constexpr size_t kMaxTensorDescriptorBytes = 512;
+struct alignas(64) TensorDescriptorBytes {
+  unsigned char bytes[kMaxTensorDescriptorBytes];
+};
+
+// Encodes `info` (its base set) with the HAL of flagos:device into `out`, its length in
+// *size. Returns the HAL's status; on failure (also where the HAL encodes no descriptors)
+// `error` holds why.
+flagos_status_t encode_tensor_descriptor(c10::DeviceIndex device, const flagos_tensor_descriptor_info_t& info,
+                                         TensorDescriptorBytes& out, size_t* size, std::string* error);
+
 // Launches on `stream`, a flagos stream of l.device: params[i] points to the value of
 // parameter i, sizes[i] bytes. A grid with a zero dimension launches nothing (as Triton).
 // Returns the HAL's status; on failure `error` holds the HAL's message.

@@ -111,6 +111,8 @@ struct Param {
   enum Kind : uint8_t { kArgPointer, kResultPointer, kTempPointer, kValue } kind;
   uint32_t index;  // argument, result or temporary; a value's size in bytes
   uint64_t bits;   // kValue: the value; kTempPointer: the offset into the temporary
+  // a pointer that is a tensor descriptor's base: the descriptor is passed, encoded anew
+  std::shared_ptr<const flagos_tensor_descriptor_info_t> descriptor = nullptr;
 };
 
 // One kernel launch of a kept call.
@@ -236,6 +238,7 @@ std::optional<Launch> resolve(const Recorded& rec, const std::vector<c10::IValue
       if (!l.device.is_cpu() && impl->getDevice() != l.device) return std::nullopt;
     }
     for (const LaunchParam& p : rl.params) {
+      if (p.descriptor && p.bits == 0) return std::nullopt;
       if (!p.pointer || p.bits == 0) {
         run.params.push_back({Param::kValue, p.bytes, p.bits});
         continue;
@@ -266,6 +269,7 @@ std::optional<Launch> resolve(const Recorded& rec, const std::vector<c10::IValue
         }
       }
       if (matches != 1) return std::nullopt;  // unknown memory, or ambiguous
+      source->descriptor = p.descriptor;
       run.params.push_back(*source);
     }
     l.runs.push_back(std::move(run));
@@ -300,10 +304,15 @@ Relaunch relaunch(const Launch& l, torch::jit::Stack* stack, size_t num_args, st
     if (reinterpret_cast<uintptr_t>(temporaries.back().get()) % 16) return Relaunch::kNotNow;
   }
   const size_t base = stack->size() - num_args;
+  c10::SmallVector<TensorDescriptorBytes, 3> descriptors;
   for (const KernelRun& run : l.runs) {
     uint64_t values[kMaxParams];
     void* ptrs[kMaxParams];
     size_t sizes[kMaxParams];
+    size_t n_descriptors = 0;
+    for (const Param& p : run.params) n_descriptors += p.descriptor != nullptr;
+    descriptors.clear();
+    descriptors.reserve(n_descriptors);  // not moved while ptrs point into it
     for (size_t i = 0; i < run.params.size(); ++i) {
       const Param& p = run.params[i];
       sizes[i] = sizeof(void*);
@@ -323,6 +332,14 @@ Relaunch relaunch(const Launch& l, torch::jit::Stack* stack, size_t num_args, st
           break;
       }
       ptrs[i] = &values[i];
+      if (p.descriptor) {
+        flagos_tensor_descriptor_info_t info = *p.descriptor;
+        info.base = values[i];
+        TensorDescriptorBytes& bytes = descriptors.emplace_back();
+        if (encode_tensor_descriptor(run.hal_kernel.device, info, bytes, &sizes[i], &error) != FLAGOS_SUCCESS)
+          return Relaunch::kFailed;
+        ptrs[i] = bytes.bytes;
+      }
     }
     if (run.hal) {
       if (launch_kernel(run.hal_kernel, current_stream(run.hal_kernel.device), ptrs, sizes,

@@ -71,11 +71,14 @@ class ProviderLaunches {
 };
 
 // One parameter of a recorded launch: its C type's size in bytes and its bits, a pointer
-// being resolved to an argument or result when the launch is kept.
+// being resolved to an argument or result when the launch is kept. A tensor descriptor
+// passed by value (`descriptor`, its base the pointer `bits`) is kept as what the HAL
+// encoded it from and encoded again at each relaunch, with that launch's address.
 struct LaunchParam {
   bool pointer;
   uint8_t bytes;  // 1, 2, 4 or 8
   uint64_t bits;
+  std::shared_ptr<const flagos_tensor_descriptor_info_t> descriptor = nullptr;
 };
 
 // Records a launch the running Python kernel makes (a CUfunction on CUDA, a host

@@ -2,11 +2,13 @@
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 #include <c10/util/SmallVector.h>
+#include <pybind11/stl.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <cstring>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "engines/launch/hal_kernels.h"
@@ -27,7 +29,14 @@ namespace {
 //   'h' fp16, 'b' bf16, 'f' fp32, 'd' fp64  (rounded to nearest even)
 //   'c'  a constexpr: an argument that is not passed
 //   'z'  a null pointer that is no argument (Triton's scratch pointers, after the arguments)
-bool valid_kind(char k) { return std::strchr("p1248hbfdcz", k) != nullptr; }
+//   'T'  a host tensor descriptor (Triton's TensorDescriptor: base, shape, strides,
+//        padding) lowered to the chip's tile copies: the descriptor the HAL encodes, by
+//        value, then the shape as 32-bit and the strides as 64-bit integers
+//   'D'  a host tensor descriptor lowered to plain loads: the base pointer, the shape and
+//        strides as 64-bit integers, the padding flag (1 byte), then the shape as 32-bit
+//        and the strides as 64-bit integers
+// (the layouts of Triton 3.6's CUDA launcher; flagos/triton_tensor_descriptors.py).
+bool valid_kind(char k) { return std::strchr("p1248hbfdczTD", k) != nullptr; }
 
 uint64_t pointer_bits(PyObject* v) {
   if (v == Py_None) return 0;
@@ -79,15 +88,63 @@ uint8_t kind_bytes(char kind) {
   }
 }
 
+// What a descriptor parameter's kernel was compiled for: its dimensions and, for 'T', what
+// the HAL encodes besides the tensor (tile, element size and type, swizzle) and whether the
+// innermost size counts packed fp4 pairs (doubled, as Triton's launcher doubles it).
+using DescriptorSpec = std::tuple<int, std::vector<uint32_t>, uint32_t, int32_t, int32_t, bool>;
+
+struct Descriptor {
+  char kind;  // 'T' or 'D'
+  flagos_tensor_descriptor_info_t info{};  // 'T': all but the base, shape and strides
+  bool fp4_padded = false;
+};
+
+// A Python sequence of `n` integers (a descriptor's shape or strides) into `out`.
+template <typename T>
+void read_ints(PyObject* seq, int n, T* out, const char* what) {
+  py::sequence s = py::reinterpret_borrow<py::sequence>(seq);
+  TORCH_CHECK_VALUE(static_cast<int>(s.size()) == n, "flagos: a tensor descriptor's ", what, " has ",
+                    s.size(), " entries for a ", n, "-d parameter");
+  for (int i = 0; i < n; ++i) out[i] = static_cast<T>(integer_bits(s[i].ptr(), 8));
+}
+
 class TypedLauncher {
  public:
-  TypedLauncher(std::string kinds, uint32_t block_x, uint32_t shared)
+  TypedLauncher(std::string kinds, uint32_t block_x, uint32_t shared,
+                const std::vector<DescriptorSpec>& descriptors)
       : kinds_(std::move(kinds)), block_x_(block_x), shared_(shared) {
+    size_t d = 0;
     for (char k : kinds_) {
-      TORCH_CHECK(valid_kind(k), "flagos: parameter kind '", k, "' is not one of p1248hbfdcz");
+      TORCH_CHECK(valid_kind(k), "flagos: parameter kind '", k, "' is not one of p1248hbfdczTD");
+      if (k == 'T' || k == 'D') {
+        TORCH_CHECK(d < descriptors.size(), "flagos: ", descriptors.size(),
+                    " descriptor specs for more descriptor parameters");
+        const auto& [ndim, block, element_size, element_type, swizzle, fp4_padded] = descriptors[d++];
+        TORCH_CHECK(ndim >= 1 && ndim <= FLAGOS_TENSOR_DESCRIPTOR_MAX_DIMS,
+                    "flagos: a tensor descriptor of ", ndim, " dimensions (1 to ",
+                    FLAGOS_TENSOR_DESCRIPTOR_MAX_DIMS, ")");
+        Descriptor desc{k};
+        desc.info.struct_size = sizeof desc.info;
+        desc.info.ndim = ndim;
+        if (k == 'T') {
+          TORCH_CHECK(static_cast<int>(block.size()) == ndim, "flagos: a ", ndim,
+                      "-d tensor descriptor with a tile of ", block.size(), " dimensions");
+          std::copy(block.begin(), block.end(), desc.info.block_shape);
+          desc.info.element_size = element_size;
+          desc.info.element_type = element_type;
+          desc.info.swizzle = swizzle;
+          desc.fp4_padded = fp4_padded;
+        }
+        descriptors_.push_back(desc);
+        n_params_ += k == 'T' ? 1 + 2 * ndim : 2 + 4 * ndim;
+        ++n_args_;
+        continue;
+      }
       if (k != 'c') ++n_params_;
       if (k != 'z') ++n_args_;
     }
+    TORCH_CHECK(d == descriptors.size(), "flagos: ", descriptors.size(), " descriptor specs for ", d,
+                " descriptor parameters");
   }
 
   // Launches `function` (a kernel of a module loaded on flagos:device) with `args`, the
@@ -108,34 +165,71 @@ class TypedLauncher {
     c10::SmallVector<uint64_t, 32> values(n_params_);
     c10::SmallVector<void*, 32> ptrs(n_params_);
     c10::SmallVector<size_t, 32> sizes(n_params_);
-    size_t a = 0, p = 0;
+    c10::SmallVector<bool, 32> pointer(n_params_, false);
+    // 'T' parameters: the encoded bytes, and what they were encoded from (for the cache)
+    c10::SmallVector<TensorDescriptorBytes, 3> encoded;
+    c10::SmallVector<std::pair<size_t, flagos_tensor_descriptor_info_t>, 3> encoded_from;
+    encoded.reserve(descriptors_.size());  // not moved while ptrs point into it
+    size_t a = 0, p = 0, d = 0;
+    auto put = [&](uint64_t bits, size_t bytes, bool is_pointer) {
+      values[p] = bits;
+      ptrs[p] = &values[p];  // little-endian: the low bytes of the slot are the value
+      sizes[p] = bytes;
+      pointer[p] = is_pointer;
+      ++p;
+    };
     for (char k : kinds_) {
       if (k == 'c') {
         ++a;
         continue;
       }
-      uint64_t bits = 0;
-      if (k != 'z') {
-        PyObject* v = args[a++].ptr();
-        bits = k == 'p' ? pointer_bits(v)
-               : (k >= '1' && k <= '8') ? integer_bits(v, k - '0')
-                                        : float_bits(v, k);
+      if (k == 'z') {
+        put(0, 8, true);
+        continue;
       }
-      values[p] = bits;
-      ptrs[p] = &values[p];  // little-endian: the low bytes of the slot are the value
-      sizes[p] = kind_bytes(k);
-      ++p;
+      PyObject* v = args[a++].ptr();
+      if (k == 'T' || k == 'D') {
+        const Descriptor& desc = descriptors_[d++];
+        flagos_tensor_descriptor_info_t info = desc.info;
+        py::handle h(v);
+        info.base = pointer_bits(h.attr("base").ptr());
+        read_ints(h.attr("shape").ptr(), info.ndim, info.shape, "shape");
+        read_ints(h.attr("strides").ptr(), info.ndim, info.strides, "strides");
+        info.fill_nan = py::str(h.attr("padding")).cast<std::string>() == "nan";
+        int n = info.ndim;
+        if (k == 'T') {
+          if (desc.fp4_padded) info.shape[n - 1] *= 2;
+          std::string error;
+          size_t size = 0;
+          TensorDescriptorBytes& bytes = encoded.emplace_back();
+          TORCH_CHECK(encode_tensor_descriptor(l.device, info, bytes, &size, &error) == FLAGOS_SUCCESS,
+                      "flagos: encoding a tensor descriptor of ", n, " dimensions on flagos:", device,
+                      " failed: ", error);
+          encoded_from.emplace_back(p, info);
+          put(info.base, 8, true);
+          ptrs[p - 1] = bytes.bytes;
+          sizes[p - 1] = size;
+        } else {
+          put(info.base, 8, true);
+          for (int i = 0; i < n; ++i) put(info.shape[i], 8, false);
+          for (int i = 0; i < n; ++i) put(static_cast<uint64_t>(info.strides[i]), 8, false);
+          put(info.fill_nan, 1, false);
+        }
+        for (int i = 0; i < n; ++i) put(static_cast<uint32_t>(info.shape[i]), 4, false);
+        for (int i = 0; i < n; ++i) put(static_cast<uint64_t>(info.strides[i]), 8, false);
+        continue;
+      }
+      bits_of(k, v, put);
     }
     c10::Stream current = current_stream(l.device);
     c10::Stream stream = stream_id ? make_stream(l.device, *stream_id) : current;
     if (launch_recording()) {
       std::vector<LaunchParam> params;
       params.reserve(n_params_);
-      for (size_t i = 0, j = 0; i < kinds_.size(); ++i) {
-        char k = kinds_[i];
-        if (k == 'c') continue;
-        params.push_back({k == 'p' || k == 'z', kind_bytes(k), values[j++]});
-      }
+      for (size_t i = 0; i < n_params_; ++i)
+        params.push_back({pointer[i], static_cast<uint8_t>(pointer[i] ? 8 : sizes[i]), values[i]});
+      for (const auto& [at, info] : encoded_from)
+        params[at].descriptor = std::make_shared<const flagos_tensor_descriptor_info_t>(info);
       record_hal_launch(l, std::move(params), PyObjectRef(keepalive.ptr()), stream == current);
     }
     launch_kernel_from_python(l, stream, ptrs.data(), sizes.data(), static_cast<int>(n_params_));
@@ -144,9 +238,18 @@ class TypedLauncher {
   const std::string& kinds() const { return kinds_; }
 
  private:
+  template <typename Put>
+  static void bits_of(char k, PyObject* v, Put& put) {
+    uint64_t bits = k == 'p' ? pointer_bits(v)
+                    : (k >= '1' && k <= '8') ? integer_bits(v, k - '0')
+                                             : float_bits(v, k);
+    put(bits, kind_bytes(k), k == 'p');
+  }
+
   std::string kinds_;
   uint32_t block_x_;
   uint32_t shared_;
+  std::vector<Descriptor> descriptors_;
   size_t n_params_ = 0;
   size_t n_args_ = 0;
 };
@@ -155,8 +258,9 @@ class TypedLauncher {
 
 void bind_typed_launch(py::module& m) {
   py::class_<TypedLauncher>(m, "_TypedLauncher")
-      .def(py::init<std::string, uint32_t, uint32_t>(), py::arg("kinds"), py::arg("block_x"),
-           py::arg("shared"))
+      .def(py::init<std::string, uint32_t, uint32_t, const std::vector<DescriptorSpec>&>(),
+           py::arg("kinds"), py::arg("block_x"), py::arg("shared"),
+           py::arg("descriptors") = std::vector<DescriptorSpec>())
       .def("launch", &TypedLauncher::launch)
       .def_property_readonly("kinds", &TypedLauncher::kinds);
   // The current stream of flagos:device as its id (torch.flagos.current_stream without
