@@ -247,14 +247,9 @@ print(flagos.routing.explain('aten::mm')); print(flagos.routing.stats())" 2>&1 |
     # (default: the host table's ops and the TinyLlama step's), written into the installed
     # package, so that the steps after it replay them, and under $OUT (copy it to
     # packages/flagos-ops-gems/python/flagos_ops_gems/replayable.toml).
-    admit) step admit; hot=aten::add.Tensor,aten::mul.Tensor,aten::mm,aten::_softmax,aten::native_layer_norm
-      hot+=,aten::rms_norm,aten::_fused_rms_norm,aten::sum,aten::sum.dim_IntList,aten::embedding,aten::silu
-      hot+=,aten::gelu,aten::bmm,aten::_log_softmax,aten::_softmax_backward_data,aten::silu_backward
-      hot+=,aten::_log_softmax_backward_data,aten::mean.dim,aten::rsqrt,aten::pow.Tensor_Scalar,aten::neg
-      hot+=,aten::sub.Tensor,aten::div.Tensor,aten::div.Scalar,aten::embedding_dense_backward,aten::cat
-      hot+=,aten::index_select,aten::nll_loss_forward,aten::triu,aten::masked_fill.Scalar,aten::where.self
+    admit) step admit
       FLAGOS_HAL=cuda FLAGOS_NO_TWIN=1 timeout ${ADMIT_TIMEOUT:-400} python3 -m flagos_ops_gems.replay_admission \
-             --ops "${ADMIT_OPS:-$hot}" --write 2>&1 | tee "$OUT/replay-admission.log" | tail -40
+             --ops "${ADMIT_OPS:-training-step}" --write 2>&1 | tee "$OUT/replay-admission.log" | tail -40
       cp "$(python3 -c 'import importlib.util as u; print(u.find_spec("flagos_ops_gems").submodule_search_locations[0])')/replayable.toml" \
          "$OUT/replayable.toml" ;;
     no-twin) step no-twin; bash "$0" admit; NO_TWIN_SECTIONS=host,model bash "$0" gems-no-twin

@@ -120,6 +120,12 @@ def _zoo_forward(name: str):
     return run
 
 
+def _base(op: str) -> str:
+    """An op's name without overload and in-place mark: ``clamp_`` and ``clamp.out`` share
+    ``clamp`` (an in-place call the probe declines runs its out= form on the CPU)."""
+    return op.split(".")[0].rstrip("_")
+
+
 def coverage(names: list[str]) -> dict[str, dict[str, dict[str, int]]]:
     """For each case ("tinyllama": flagos.bench's Llama stack, one layer, a training step
     in bf16; otherwise a zoo case's forward, or its pipeline's call), the calls by verdict
@@ -138,13 +144,13 @@ def coverage(names: list[str]) -> dict[str, dict[str, dict[str, int]]]:
             flagos.routing.reset_stats()
             step()
             stats = flagos.routing.stats()
-        offered = {op.split(".")[0] for op, _ in seen}
+        offered = {_base(op) for op, _ in seen}
         verdicts: dict[str, dict[str, int]] = {"served": {}, "own": {}, "declined": {}, "cpu": {}}
         for (op, v), n in seen.items():
             verdicts[v][op] = verdicts[v].get(op, 0) + n
         for op, per in stats.items():
             calls = per.get("cpu", {}).get("calls", 0)
-            if calls and op.split(".")[0] not in offered:
+            if calls and _base(op) not in offered:
                 verdicts["cpu"][op] = calls
         report[name] = verdicts
     return report

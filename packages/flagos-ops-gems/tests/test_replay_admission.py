@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 SCALE_C = r"""
 #include <stddef.h>
@@ -106,3 +107,22 @@ def test_admitted_ops_round_trip_with_their_digests(tmp_path) -> None:
     write_admitted({"aten::add.Tensor": digest}, "FlagGems 5.0.2", path)
     assert read_admitted(path) == {"aten::add.Tensor": digest}
     assert read_admitted(tmp_path / "absent.toml") == {}
+
+
+def test_every_training_step_op_has_samples_in_its_aten_form() -> None:
+    # OpInfo entries test Python functions; the admission calls ATen overloads, some of
+    # another schema (_softmax, nll_loss_forward, the backwards): each gets samples it takes.
+    from flagos_ops_gems.replay_admission import TRAINING_STEP_OPS, opinfo_samples
+
+    for op in TRAINING_STEP_OPS:
+        rest = op.partition("::")[2]
+        name, _, overload = rest.partition(".")
+        fn = getattr(getattr(torch.ops.aten, name), overload or "default")
+        taken = 0
+        for args, kwargs in opinfo_samples(op, 2, (torch.float32,)):
+            try:  # as the admission does, a sample of another overload is left out
+                fn(*args, **kwargs)
+            except (RuntimeError, TypeError, ValueError):
+                continue
+            taken += 1
+        assert taken >= 2, op

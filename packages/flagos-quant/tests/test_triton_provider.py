@@ -17,6 +17,9 @@ GPU = os.environ.get("FLAGOS_TEST_HW") == "cuda"
 
 def _run(code: str, **env: str) -> subprocess.CompletedProcess:
     full = {**os.environ, **env}
+    # the scripts share the tests' helpers (quant_testing)
+    here = os.path.dirname(os.path.abspath(__file__))
+    full["PYTHONPATH"] = os.pathsep.join(p for p in (here, full.get("PYTHONPATH")) if p)
     for var in ("FLAGOS_ROUTES_FILE", "FLAGOS_ROUTES"):
         full.pop(var, None)
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -77,6 +80,7 @@ from flagos import launch_cache
 from flagos_quant.fused_linear import (FP8_WEIGHT_LINEAR, NVFP4_WEIGHT_LINEAR,
                                        fp8_weight_linear, nvfp4_weight_linear)
 from flagos_quant.quantize import quantize_fp8_blocks, quantize_nvfp4
+from quant_testing import assert_matches_cpu
 
 assert torch.flagos.get_device_properties(0).twin_device == "none"
 assert flagos.routing.providers()["quant-triton"].unavailable_on("cuda") is None
@@ -88,12 +92,10 @@ before = launch_cache.stats()
 for m in (1, 1, 1, 8, 40):
     x = torch.randn(m, 256, generator=g).bfloat16()
     bias = torch.randn(256, generator=g).bfloat16()
-    got = fp8_weight_linear(*on(x, qb, sb), (128, 128), bias.to("flagos")).cpu()
-    want = fp8_weight_linear(x, qb, sb, (128, 128), bias)
-    torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
-    got = nvfp4_weight_linear(*on(x, packed, scale, glob), None).cpu()
-    torch.testing.assert_close(got, nvfp4_weight_linear(x, packed, scale, glob, None),
-                               rtol=2e-2, atol=2e-2)
+    assert_matches_cpu(fp8_weight_linear(*on(x, qb, sb), (128, 128), bias.to("flagos")),
+                       fp8_weight_linear(x, qb, sb, (128, 128), bias))
+    assert_matches_cpu(nvfp4_weight_linear(*on(x, packed, scale, glob), None),
+                       nvfp4_weight_linear(x, packed, scale, glob, None))
 stats = flagos.routing.stats()
 for op in (FP8_WEIGHT_LINEAR, NVFP4_WEIGHT_LINEAR):
     assert stats[op]["quant-triton"]["calls"] == 5, stats[op]

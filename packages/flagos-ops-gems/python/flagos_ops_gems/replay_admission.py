@@ -15,7 +15,7 @@ module and FlagGems' shared kernel machinery), so an op that a FlagGems release 
 drops out until it is admitted again.
 
     FLAGOS_NO_TWIN=1 FLAGOS_HAL=cuda python -m flagos_ops_gems.replay_admission \\
-        [--ops aten::add.Tensor,...] [--max-samples N] [--write [PATH]]
+        [--ops aten::add.Tensor,...|training-step] [--max-samples N] [--write [PATH]]
 
 runs the check on a device without a twin whose HAL names a Triton target, prints each
 op's verdict and with ``--write`` puts the admitted ops in ``replayable.toml``.
@@ -33,13 +33,26 @@ from pathlib import Path
 
 import tomllib
 
-__all__ = ["REPLAYABLE_FILE", "Verdict", "check_op", "read_admitted", "source_digest",
-           "write_admitted"]
+__all__ = ["REPLAYABLE_FILE", "TRAINING_STEP_OPS", "Verdict", "check_op", "opinfo_samples",
+           "read_admitted", "source_digest", "write_admitted"]
 
 REPLAYABLE_FILE = Path(__file__).parent / "replayable.toml"
 """The admitted ops: ``"aten::add.Tensor" = "<digest>"`` under ``[ops]``."""
 
 Sample = tuple[tuple, dict]
+
+TRAINING_STEP_OPS = (
+    "aten::add.Tensor", "aten::mul.Tensor", "aten::mm", "aten::bmm", "aten::_softmax",
+    "aten::_log_softmax", "aten::native_layer_norm", "aten::rms_norm", "aten::_fused_rms_norm",
+    "aten::sum", "aten::sum.dim_IntList", "aten::mean.dim", "aten::embedding", "aten::silu",
+    "aten::gelu", "aten::rsqrt", "aten::pow.Tensor_Scalar", "aten::neg", "aten::sub.Tensor",
+    "aten::div.Tensor", "aten::div.Scalar", "aten::cat", "aten::index_select", "aten::triu",
+    "aten::masked_fill.Scalar", "aten::where.self", "aten::nll_loss_forward",
+    "aten::_softmax_backward_data", "aten::_log_softmax_backward_data", "aten::silu_backward",
+    "aten::embedding_dense_backward",
+)
+"""The ops of a transformer's training step that ``--ops training-step`` checks: those of
+``flagos.bench``'s model benchmark, forward and backward, and of its host-cost table."""
 
 
 def read_admitted(path: Path = REPLAYABLE_FILE) -> dict[str, str]:
@@ -170,14 +183,22 @@ def check_op(op: str, samples: Iterable[Sample], provider: str,
 
 
 def opinfo_samples(op: str, max_samples: int, dtypes: Iterable[object]) -> Iterator[Sample]:
-    """CPU samples of the OpInfo entries named like ``op``'s base name, each also with its
-    tensors of two or more dimensions made non-contiguous (same values)."""
+    """CPU samples of the OpInfo entries named like ``op``'s base name (or, for an overload
+    whose schema is not its Python function's, of the entry ``_aten_samples`` names, in the
+    overload's form), each also with its tensors of two or more dimensions made
+    non-contiguous (same values)."""
     import torch
     from torch.testing._internal.common_methods_invocations import op_db
     from torch.utils._pytree import tree_map
 
-    base = op.partition("::")[2].partition(".")[0].strip("_")
-    infos = [i for i in op_db if i.name == base or (i.aten_name or "") == base]
+    from ._aten_samples import ATEN_FORMS
+
+    form = ATEN_FORMS.get(op)
+    if form is None:
+        base = op.partition("::")[2].partition(".")[0].strip("_")
+        infos = [i for i in op_db if i.name == base or (i.aten_name or "") == base]
+    else:
+        infos = [i for i in op_db if i.name == form.opinfo]
 
     def strided(t: object) -> object:
         if isinstance(t, torch.Tensor) and t.dim() >= 2:
@@ -191,7 +212,10 @@ def opinfo_samples(op: str, max_samples: int, dtypes: Iterable[object]) -> Itera
             for i, s in enumerate(info.sample_inputs("cpu", dtype)):
                 if i >= max_samples:
                     break
-                sample = ((s.input, *s.args), dict(s.kwargs))
+                sample = (((s.input, *s.args), dict(s.kwargs)) if form is None
+                          else form.adapt(s.input, tuple(s.args), dict(s.kwargs)))
+                if sample is None:
+                    continue
                 yield sample
                 yield tree_map(strided, sample[0]), tree_map(strided, sample[1])
 
@@ -211,8 +235,9 @@ def main(argv: list[str] | None = None) -> int:
     from flagos_ops_gems import gems_unavailable
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--ops", default="", help="ATen overloads to check (default: every op "
-                    "gems serves that writes none of its arguments)")
+    ap.add_argument("--ops", default="", help="ATen overloads to check, comma-separated, or "
+                    "'training-step' (TRAINING_STEP_OPS); default: every op gems serves that "
+                    "writes none of its arguments")
     ap.add_argument("--max-samples", type=int, default=4)
     ap.add_argument("--write", nargs="?", const=str(REPLAYABLE_FILE), default="",
                     metavar="PATH", help="write the admitted ops there (default: the "
@@ -229,9 +254,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     gems = flagos.routing.providers()["gems"]
     functions = gems.library.functions
-    ops = [o for o in args.ops.split(",") if o] or sorted(
+    named = TRAINING_STEP_OPS if args.ops == "training-step" else args.ops.split(",")
+    ops = [o for o in named if o] or sorted(
         op for op in functions if gems.serves(op) and not _writes_an_argument(op))
     declared = gems.library.replayable_ops() & functions.keys()
+    import flag_gems
+
+    library = f"FlagGems {flag_gems.__version__}"
     admitted = {}
     for op in ops:
         verdict = check_op(op, opinfo_samples(op, args.max_samples,
@@ -242,11 +271,11 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)
         if verdict.admitted:
             admitted[op] = source_digest(functions[op])
+            if args.write:  # after each op: a check cut short keeps what it admitted
+                write_admitted(admitted, library, Path(args.write))
     print(f"{len(admitted)} of {len(ops)} ops admitted")
     if args.write:
-        import flag_gems
-
-        write_admitted(admitted, f"FlagGems {flag_gems.__version__}", Path(args.write))
+        write_admitted(admitted, library, Path(args.write))
         print(f"wrote {args.write}")
     return 0
 
