@@ -47,8 +47,23 @@ def _time_us(fn, dev: str, min_time: float) -> float:
     return timeit(fn, torch.device(dev, 0), min_time) * 1e6
 
 
+NATIVE_BF16 = "bf16, plain CUDA (no flagos)"
+GREEDY_TOKENS = 8
+
+
 def _twin_is_cuda() -> bool:
     return flagos.get_device_properties(0).twin_device == "cuda"
+
+
+def _native_cuda() -> torch.device | None:
+    """The CUDA GPU under flagos:0 (its twin, or without a twin the device its HAL drives),
+    for native references in the same process; None on other HALs."""
+    props = flagos.get_device_properties(0)
+    if props.twin_device == "cuda":
+        return flagos.twin_device(0)
+    if props.hal == "cuda" and torch.cuda.is_available():
+        return torch.device("cuda", max(props.native_device_index, 0))
+    return None
 
 
 def _native_fp8() -> bool:
@@ -122,12 +137,25 @@ def bench_linears(shapes, batches, min_time: float) -> list[list]:
     return rows
 
 
+def _greedy_tokens(model, ids: torch.Tensor, n: int) -> list[int]:
+    """``n`` greedy tokens after the prompt ``ids`` (on the model's device), with a KV cache."""
+    out = model(ids, use_cache=True)
+    cache, tok, tokens = out.past_key_values, out.logits[:, -1:].argmax(-1), []
+    for _ in range(n):
+        tokens.append(int(tok))
+        out = model(tok, past_key_values=cache, use_cache=True)
+        cache, tok = out.past_key_values, out.logits[:, -1:].argmax(-1)
+    return tokens
+
+
 @torch.no_grad()
-def bench_decode(cfg: dict, steps: int, prompt: int, rounds: int) -> list[list]:
+def bench_decode(cfg: dict, steps: int, prompt: int, rounds: int) -> tuple[list[list], list[str]]:
     """Each variant's decode step, timed in ``rounds`` rounds that go through all the
     variants in turn (in a rotating order), each round ``steps`` tokens a variant: the
     host's speed drifts by tens of percent over a run on a shared machine, and every
-    variant then sees the same drift. Per variant: the median round."""
+    variant then sees the same drift. Per variant: the median round. On a CUDA GPU the
+    same bf16 model on plain CUDA (no flagos) is timed beside them, and its greedy tokens
+    are compared with flagos' (the notes)."""
     import transformers
 
     torch.manual_seed(0)
@@ -141,11 +169,15 @@ def bench_decode(cfg: dict, steps: int, prompt: int, rounds: int) -> list[list]:
                 ("NVFP4 weight-only, fused", "NVFP4", True)]
     if _native_fp8():
         variants.append(("FP8 native _scaled_mm (boxing)", "FP8", False))
-    runs = []
+    native = _native_cuda()
+    if native is not None:
+        variants.append((NATIVE_BF16, None, False))
+    runs, notes = [], []
     for label, algo, wo in variants:
         model = transformers.LlamaForCausalLM(config).to(torch.bfloat16).eval()
         model.load_state_dict(base.state_dict())
-        model = model.to("flagos")
+        dev = native if label == NATIVE_BF16 else torch.device("flagos", 0)
+        model = model.to(dev)
         if algo:
             quantize_linears(model, algo)
             set_weight_only(model, wo)
@@ -154,7 +186,10 @@ def bench_decode(cfg: dict, steps: int, prompt: int, rounds: int) -> list[list]:
         routes = {"aten::_scaled_mm": "boxing"} if "native" in label else \
             UNFUSED if "dequantize" in label else FUSED if "fused" in label else {}
         with flagos.routing.override(routes):
-            out = model(ids.to("flagos"), use_cache=True)
+            if label in ("bf16", NATIVE_BF16) and native is not None:
+                notes.append(f"greedy tokens, {label}: "
+                             f"{_greedy_tokens(model, ids.to(dev), GREEDY_TOKENS)}")
+            out = model(ids.to(dev), use_cache=True)
             state = {"cache": out.past_key_values, "tok": out.logits[:, -1:].argmax(-1)}
 
             def step(model=model, state=state):
@@ -165,16 +200,21 @@ def bench_decode(cfg: dict, steps: int, prompt: int, rounds: int) -> list[list]:
         if UNCACHED in label:
             step = _uncached(step)
         runs.append((label, routes, step, weight_bytes))
-    torch.flagos.synchronize()
+    def sync() -> None:
+        torch.flagos.synchronize()
+        if native is not None:
+            torch.cuda.synchronize(native)
+
+    sync()
     times: dict[str, list[float]] = {label: [] for label, *_ in runs}
     for r in range(rounds):
         for label, routes, step, _ in runs[r % len(runs):] + runs[:r % len(runs)]:
             with flagos.routing.override(routes):
-                torch.flagos.synchronize()
+                sync()
                 t = time.perf_counter()
                 for _ in range(steps):
                     step()
-                torch.flagos.synchronize()
+                sync()
                 times[label].append((time.perf_counter() - t) / steps * 1e6)
     rows, t_bf16, g_bf16 = [], None, None
     for label, routes, step, weight_bytes in runs:
@@ -188,7 +228,11 @@ def bench_decode(cfg: dict, steps: int, prompt: int, rounds: int) -> list[list]:
         rows.append(["decode step", shape, label, round(us, 1), round(us / t_bf16, 3),
                      "-" if gpu is None else round(gpu, 1),
                      "-" if gpu is None or not g_bf16 else round(gpu / g_bf16, 3)])
-    return rows
+    if native is not None:
+        walls = {row[2]: row[3] for row in rows}
+        notes.append(f"flagos bf16 / {NATIVE_BF16} wall time per token: "
+                     f"{walls['bf16'] / walls[NATIVE_BF16]:.3f}")
+    return rows, notes
 
 
 @torch.no_grad()
@@ -305,7 +349,7 @@ def _gpu_per_call(fn, calls: int) -> tuple[float | None, float | None]:
     torch.profiler's CUDA activity; (None, None) without a CUDA twin or when the profiler
     cannot trace it. The count tells two steps apart that compute the same thing with
     different kernels (a decomposed normalization or attention)."""
-    if not _twin_is_cuda():
+    if _native_cuda() is None:
         return None, None
     from torch.profiler import ProfilerActivity, profile
 
@@ -413,8 +457,10 @@ def main() -> None:
     tokens = {"steps": 4 if quick else 8, "prompt": 16 if quick else 64,
               "rounds": 2 if quick else args.rounds}
     if "decode" in only:
-        for row in bench_decode(cfg, **tokens):
+        rows, notes = bench_decode(cfg, **tokens)
+        for row in rows:
             decode.add(*row[1:])
+        decode.notes += notes
         report(decode)
     graph = Table("quant-graph-decode", "Llama decode step (batch 1, static KV cache) eager and "
                   "replayed from a graph", ["device", "case", "us per token",
