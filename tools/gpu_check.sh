@@ -244,12 +244,14 @@ print(flagos.routing.explain('aten::mm')); print(flagos.routing.stats())" 2>&1 |
     # no-twin gems tests and host table, the model step (first step apart, CPU-fallback ops
     # named), FP8 decode.
     # The replay admission without a twin (flagos_ops_gems.replay_admission), for ADMIT_OPS
-    # (default: the host table's ops and the TinyLlama step's), written into the installed
+    # (default: a training step's ops, with ADMIT_SAMPLES OpInfo samples each: every new
+    # shape of an autotuned op is tuned on first use), written into the installed
     # package, so that the steps after it replay them, and under $OUT (copy it to
     # packages/flagos-ops-gems/python/flagos_ops_gems/replayable.toml).
     admit) step admit
-      FLAGOS_HAL=cuda FLAGOS_NO_TWIN=1 timeout ${ADMIT_TIMEOUT:-400} python3 -m flagos_ops_gems.replay_admission \
-             --ops "${ADMIT_OPS:-training-step}" --write 2>&1 | tee "$OUT/replay-admission.log" | tail -40
+      FLAGOS_HAL=cuda FLAGOS_NO_TWIN=1 timeout ${ADMIT_TIMEOUT:-300} python3 -m flagos_ops_gems.replay_admission \
+             --ops "${ADMIT_OPS:-training-step}" --max-samples ${ADMIT_SAMPLES:-2} --write 2>&1 \
+             | tee "$OUT/replay-admission.log" | tail -40
       cp "$(python3 -c 'import importlib.util as u; print(u.find_spec("flagos_ops_gems").submodule_search_locations[0])')/replayable.toml" \
          "$OUT/replayable.toml" ;;
     no-twin) step no-twin; bash "$0" admit; NO_TWIN_SECTIONS=host,model bash "$0" gems-no-twin
