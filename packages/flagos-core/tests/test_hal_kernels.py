@@ -84,6 +84,8 @@ def test_bad_images_and_launches_fail_with_the_hals_reason(image, axpy):
         wrong.launch((1,), (8,), x, x, x)
     with pytest.raises(RuntimeError, match="dimension must be at least 1"):
         axpy.launch((1,), (0,), x, x, x, 1.0, 8)
+    with pytest.raises(RuntimeError, match="a kernel of 5 arguments was given 6"):
+        axpy.launch((1,), (8,), x, x, x, 1.0, 8, 99)  # one more than its signature
     # nothing was written, the device is usable
     assert torch.equal(x.cpu(), torch.ones(8))
 

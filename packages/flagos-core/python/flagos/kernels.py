@@ -97,20 +97,32 @@ class Kernel:
 
     def __init__(self, module: KernelModule, name: str, handle: int,
                  signature: tuple[str, ...]) -> None:
+        from flagos import launch_cache
+
         self.module, self.name, self.handle, self.signature = module, name, handle, signature
+        # Signatures of plain types launch through C++ launchers, one per one-dimensional
+        # block and shared memory size (a launch's host cost is a small op's budget).
+        self._kinds = launch_cache.param_kinds(signature)
+        self._typed: dict[tuple[int, int], object] = {}
 
     def launch(self, grid: Sequence[int], block: Sequence[int], *args: object,
                shared: int = 0) -> None:
         """Queue a launch on the current flagos stream of the module's device: ``grid`` and
         ``block`` of up to three dimensions, ``args`` in the signature's order."""
+        g = [int(x) for x in grid] + [1] * (3 - len(grid))
+        b = [int(x) for x in block] + [1] * (3 - len(block))
+        # recorded there for the launch cache when a launch-cached op's kernel runs
+        if self._kinds is not None and b[1] == b[2] == 1 and b[0] > 0:
+            typed = self._typed.get((b[0], int(shared)))
+            if typed is None:
+                typed = self._typed[(b[0], int(shared))] = _C._TypedLauncher(self._kinds, b[0], int(shared))
+            typed.launch(self.module.device, self.handle, *g, None, self.module, args)
+            return
         from flagos import launch_cache
 
         params = launch_cache.pack_params(self.signature, args)
         if params is None:
             raise TypeError(f"flagos: kernel {self.name!r}: a parameter type of {self.signature} "
                             "is not supported (pointers, integers, fp32, fp64, bytes)")
-        g = [int(x) for x in grid] + [1] * (3 - len(grid))
-        b = [int(x) for x in block] + [1] * (3 - len(block))
-        # recorded there for the launch cache when a launch-cached op's kernel runs
         _C._kernel_launch(self.module.device, self.handle, g, b, int(shared), params,
                           keepalive=self.module)
