@@ -1,9 +1,13 @@
-"""Qwen-Image 2.1's denoising step on flagos against the native twin device: the unchanged
+"""Qwen-Image 2.1's denoising step on flagos against the native device: the unchanged
 ``QwenImage21Transformer2DModel`` built from its config (no download) at full width and
 reduced depth, in bf16, one forward of a 1024x1024 text-to-image step (4,096 image tokens
 and 256 text tokens), same weights and inputs on both sides, timed alternately.
 
-    FLAGOS_HAL=cuda python integration_tests/models/qwen_image_bench.py [--layers 4] [--json F]
+    FLAGOS_HAL=cuda [FLAGOS_NO_TWIN=1] python integration_tests/models/qwen_image_bench.py [--layers 4] [--json F]
+
+The native device is flagos:0's twin, or without a twin (``FLAGOS_NO_TWIN=1``) the GPU
+the cuda HAL drives, through plain PyTorch; flagos then runs FlagGems through the HAL (the
+gems routing file).
 
 On the sim (its twin is the CPU) ``--quick`` is implied: a narrow model and a 128x128 image.
 The ratio is native time / flagos time (higher is better; 1.0 is parity).
@@ -16,7 +20,7 @@ import sys
 
 import flagos
 import torch
-from flagos.bench import paired
+from flagos.bench import native_reference, paired
 from flagos.bench_results import Plot, Table, write_json
 
 TEXT_TOKENS = 256
@@ -64,9 +68,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--min-time", type=float, default=0.5, help="seconds per timing")
     p.add_argument("--json", default="", help="also write the table here (JSON)")
     args = p.parse_args(argv)
-    native = flagos.twin_device(0)
+    native = native_reference(0)
     if native is None:
-        raise SystemExit("this benchmark compares against the twin device; flagos:0 has none")
+        raise SystemExit("this benchmark compares against a native device; flagos:0 has no "
+                         "twin and its HAL drives no CUDA device")
+    no_twin = flagos.twin_device(0) is None
+    if no_twin:  # without a twin flagos computes with FlagGems through the HAL
+        flagos.routing.load("gems")
     quick = args.quick or native.type == "cpu"
     pixels = 128 if quick else 1024
     dtype = torch.bfloat16
@@ -95,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     table = Table("qwen-image", (f"Qwen-Image 2.1 denoising step: transformer forward, "
                                  f"{args.layers} of 32 blocks at width {width}, bf16, "
                                  f"{pixels}x{pixels} image + {TEXT_TOKENS} text tokens, "
-                                 f"flagos vs {native.type}"),
+                                 f"flagos{' without a twin (gems routes)' if no_twin else ''}"
+                                 f" vs {native.type}"),
                   ["model", "flagos ms/step", "native ms/step", "throughput ratio"],
                   plot=Plot("bar", "model", ["throughput ratio"],
                             ylabel="native / flagos step time", reference=1.0))

@@ -46,7 +46,7 @@ from collections.abc import Callable
 import flagos
 import torch
 import torch.nn.functional as F
-from flagos.bench import run_sections, timeit
+from flagos.bench import native_reference, run_sections, timeit
 from flagos.bench_results import Plot, Table, write_json
 
 
@@ -127,8 +127,7 @@ def bench_host(min_time: float, rounds: int, only: list[str] | None = None) -> T
 
 def _cuda_device() -> torch.device:
     """The CUDA device under flagos:0: its twin, or without a twin its native device."""
-    props = flagos.get_device_properties(0)
-    return flagos.twin_device(0) or torch.device("cuda", max(props.native_device_index, 0))
+    return native_reference(0)
 
 
 def _no_twin() -> bool:

@@ -29,7 +29,7 @@ import flagos
 import torch
 import torch.nn.functional as F
 from flagos import launch_cache
-from flagos.bench import timeit
+from flagos.bench import native_reference, timeit
 from flagos.bench_results import Plot, Table, write_json
 from flagos_quant import FP8Linear, quantize_fp8, quantize_linears, set_weight_only
 from flagos_quant.dequant import dequantize_fp8
@@ -58,12 +58,8 @@ def _twin_is_cuda() -> bool:
 def _native_cuda() -> torch.device | None:
     """The CUDA GPU under flagos:0 (its twin, or without a twin the device its HAL drives),
     for native references in the same process; None on other HALs."""
-    props = flagos.get_device_properties(0)
-    if props.twin_device == "cuda":
-        return flagos.twin_device(0)
-    if props.hal == "cuda" and torch.cuda.is_available():
-        return torch.device("cuda", max(props.native_device_index, 0))
-    return None
+    native = native_reference(0)
+    return native if native is not None and native.type == "cuda" else None
 
 
 def _native_fp8() -> bool:

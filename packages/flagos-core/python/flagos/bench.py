@@ -6,7 +6,9 @@ Sections: ``alloc`` (allocator malloc/free throughput vs the native allocator), 
 (``tensor.to("flagos")`` / ``.cpu()`` bandwidth vs a native copy of the same bytes),
 ``ops`` (per-op latency of small ops through each route vs the same op on native
 tensors), ``model`` (training throughput of a transformer stack vs native). The native
-reference is the HAL's twin device: CPU for sim, CUDA for the cuda HAL. Ratios are
+reference is the HAL's twin device: CPU for sim, CUDA for the cuda HAL; without a twin
+(``FLAGOS_NO_TWIN=1``) on the cuda HAL, the same GPU through plain PyTorch, with flagos on
+the routes in force (``FLAGOS_ROUTES_FILE=gems``: FlagGems through the HAL). Ratios are
 flagos time / native time (lower is better; 1.0 is parity), except bandwidth and
 throughput ratios, which are flagos / native (higher is better). ``--json`` writes the
 tables (flagos.bench_results) for the benchmarks page.
@@ -29,12 +31,26 @@ import flagos
 from flagos.bench_results import Plot, Table, write_json
 
 
+def native_reference(device: int = 0) -> torch.device | None:
+    """The native device flagos:``device`` is measured against: its twin (cpu for sim,
+    cuda:N for the cuda HAL), or without a twin (``FLAGOS_NO_TWIN=1``) on the cuda HAL
+    the CUDA device that HAL drives, used beside flagos as plain PyTorch; None where there
+    is none (a chip without CUDA)."""
+    twin = flagos.twin_device(device)
+    if twin is not None:
+        return twin
+    props = flagos.get_device_properties(device)
+    if props.hal == "cuda" and torch.cuda.is_available():
+        return torch.device("cuda", max(props.native_device_index, 0))
+    return None
+
+
 def _native_device() -> torch.device:
-    """The reference device: flagos:0's twin (cpu for sim, cuda:N for the cuda HAL)."""
-    twin = flagos.twin_device(0)
-    if twin is None:
-        raise SystemExit("flagos.bench compares against the twin device; flagos:0 has none")
-    return twin
+    native = native_reference(0)
+    if native is None:
+        raise SystemExit("flagos.bench compares against a native device: flagos:0 has no twin "
+                         "and its HAL drives no CUDA device")
+    return native
 
 
 def _sync(dev: torch.device) -> None:

@@ -1,0 +1,34 @@
+"""The native device benchmarks measure flagos against (flagos.bench.native_reference):
+the twin, or without a twin the CUDA device the cuda HAL drives, or none."""
+
+from __future__ import annotations
+
+import flagos
+import pytest
+import torch
+from flagos.bench import native_reference
+
+
+def test_with_a_twin_it_is_the_twin() -> None:
+    twin = flagos.twin_device(0)
+    if twin is None:
+        pytest.skip("flagos:0 has no twin here")
+    assert native_reference(0) == twin
+
+
+REFERENCE = """
+import flagos
+from flagos.bench import native_reference
+assert flagos.get_device_properties(0).twin_device == "none"
+print("reference", native_reference(0))
+"""
+
+
+def test_without_a_twin_it_is_the_gpu_the_hal_drives_or_none(run_python) -> None:
+    hal = torch.flagos.get_device_properties(0).hal
+    r = run_python(REFERENCE, env={"FLAGOS_NO_TWIN": "1", "FLAGOS_HAL": hal})
+    got = r.stdout.strip().rpartition("reference ")[2]
+    if hal == "cuda":
+        assert got.startswith("cuda:"), r.stdout + r.stderr
+    else:  # sim: a chip without CUDA, nothing to compare against
+        assert got == "None", r.stdout + r.stderr
