@@ -5,7 +5,7 @@
 # Usage: tools/gpu_check.sh STEP...   steps: build conformance demo bench model sweep suite tests
 #        report warm kernel-cache routes admit
 #        cuda-faults nox compile dist profile gems gems-tests gems-bench gems-model gems-sweep
-#        gems-no-twin gems-sweep-no-twin no-twin zoo zoo-gems native qwen-image
+#        gems-no-twin gems-sweep-no-twin no-twin model-no-twin zoo zoo-gems native qwen-image
 #        newest
 #        tune tune-tests quant quant-sweep mxfp4 faults graphs
 set -uo pipefail
@@ -241,8 +241,8 @@ print(flagos.routing.explain('aten::mm')); print(flagos.routing.stats())" 2>&1 |
     gems-sweep-no-twin) step gems-sweep-no-twin; FLAGOS_HAL=cuda timeout 590 python3 packages/flagos-ops-gems/benchmarks/opinfo_vs_flaggems.py \
              --no-twin --jobs 14 --max-samples ${SWEEP_SAMPLES:-3} --layouts "${SWEEP_LAYOUTS:-}" --json "$OUT/gems-sweep-no-twin.json" --raw-json "$OUT/gems-sweep-no-twin-raw.json" --log-dir "$OUT" > "$OUT/gems-sweep-no-twin.log" 2>&1; tail -60 "$OUT/gems-sweep-no-twin.log" ;;
     # The GPU as a chip without CUDA, all of it (after build): the replay admission, the
-    # no-twin gems tests and host table, the model step (first step apart, CPU-fallback ops
-    # named), FP8 decode.
+    # no-twin gems tests and host table, flagos.bench's training step against plain CUDA
+    # (the ops by provider, CPU fallback among them), the decode step against plain CUDA.
     # The replay admission without a twin (flagos_ops_gems.replay_admission), for ADMIT_OPS
     # (default: a training step's ops, with ADMIT_SAMPLES OpInfo samples each: every new
     # shape of an autotuned op is tuned on first use), written into the installed
@@ -254,9 +254,15 @@ print(flagos.routing.explain('aten::mm')); print(flagos.routing.stats())" 2>&1 |
              | tee "$OUT/replay-admission.log" | tail -40
       cp "$(python3 -c 'import importlib.util as u; print(u.find_spec("flagos_ops_gems").submodule_search_locations[0])')/replayable.toml" \
          "$OUT/replayable.toml" ;;
-    no-twin) step no-twin; bash "$0" admit; NO_TWIN_SECTIONS=host,model bash "$0" gems-no-twin
-      FLAGOS_HAL=cuda FLAGOS_NO_TWIN=1 timeout 400 python3 packages/flagos-quant/benchmarks/quant_bench.py \
+    no-twin) step no-twin; bash "$0" admit; NO_TWIN_SECTIONS=host bash "$0" gems-no-twin
+      bash "$0" model-no-twin
+      FLAGOS_HAL=cuda FLAGOS_NO_TWIN=1 timeout 300 python3 packages/flagos-quant/benchmarks/quant_bench.py \
              --only decode --json "$OUT/decode-no-twin.json" 2>&1 | tee "$OUT/decode-no-twin.log" | tail -14 ;;
+    # flagos.bench's TinyLlama training step without a twin, FlagGems through the HAL (the
+    # gems routing file) against the same GPU through plain PyTorch.
+    model-no-twin) step model-no-twin; FLAGOS_HAL=cuda FLAGOS_NO_TWIN=1 FLAGOS_ROUTES_FILE=gems \
+             timeout ${MODEL_TIMEOUT:-300} python3 -m flagos.bench --only model \
+             --json "$OUT/flagos-bench-no-twin.json" 2>&1 | tee "$OUT/model-no-twin.log" | tail -12 ;;
     # Route tuning (after build, native, and with flag-gems carried): tuned routes vs
     # single-provider routes for the TinyLlama training step; then the tuning and shadow tests.
     tune) step tune; FLAGOS_HAL=cuda timeout 590 python3 packages/flagos-core/benchmarks/tuned_routes.py \
