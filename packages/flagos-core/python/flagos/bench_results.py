@@ -110,15 +110,16 @@ def environment() -> dict[str, object]:
     import torch
 
     import flagos
+    from flagos.bench import native_reference
 
     props = flagos.get_device_properties(0)
-    twin = flagos.twin_device(0)
-    if twin is not None and twin.type == "cuda":
-        machine = torch.cuda.get_device_name(twin)
+    native = native_reference(0)  # the twin, or without one the GPU the cuda HAL drives
+    if native is not None and native.type == "cuda":
+        machine = torch.cuda.get_device_name(native)
     else:
         machine = f"{_cpu_model()}, {os.cpu_count()} cores"
     return {"hal": props.hal, "device": flagos.get_device_name(0),
-            "native": str(twin) if twin is not None else None, "machine": machine,
+            "native": str(native) if native is not None else None, "machine": machine,
             "torch": torch.__version__, "python": platform.python_version(),
             "commit": os.environ.get("FLAGOS_BENCH_COMMIT") or _git_commit()}
 
