@@ -126,3 +126,14 @@ def test_every_training_step_op_has_samples_in_its_aten_form() -> None:
                 continue
             taken += 1
         assert taken >= 2, op
+
+
+def test_samples_with_4d_tensors_also_come_channels_last() -> None:
+    from flagos_ops_gems.replay_admission import opinfo_samples
+
+    layouts = [next((t for t in args if isinstance(t, torch.Tensor)), None)
+               for args, _ in opinfo_samples("aten::avg_pool2d", 2, (torch.float32,))]
+    four_d = [t for t in layouts if t is not None and t.dim() == 4]
+    assert any(t.is_contiguous() for t in four_d)
+    assert any(not t.is_contiguous() and t.is_contiguous(memory_format=torch.channels_last)
+               for t in four_d)

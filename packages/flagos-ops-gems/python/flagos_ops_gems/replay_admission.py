@@ -1,18 +1,18 @@
 """Which of FlagGems' ops flagos relaunches from C++ without a twin: proven per op, kept as
 data.
 
-Without a twin a ``gems`` call runs FlagGems' Python wrapper on the flagos tensors and its
-Triton kernels launch through the HAL. Where the wrapper's launches are a function of the
-arguments' metadata (sizes, strides, dtypes, other arguments' values), the launch cache
-records a call's launches and repeats them from C++ for later calls with the same key,
-without Python (:func:`flagos.provider_api.set_replayable`). Which ops qualify is data,
-``replayable.toml`` next to this module, and each entry is proven, not assumed:
-:func:`check_op` runs the op's OpInfo samples, each also non-contiguous, twice through
-the provider with the op declared replayable. The second call, relaunched from C++, must
-equal the first exactly, the first must match the CPU, and at least one call must have
-been relaunched. An entry keeps a digest of the FlagGems source serving the op (its
-module and FlagGems' shared kernel machinery), so an op that a FlagGems release changes
-drops out until it is admitted again.
+Without a twin a ``gems`` call runs FlagGems' Python wrapper on the flagos tensors and
+its Triton kernels launch through the HAL. Where the wrapper's launches are a function
+of the arguments' metadata (sizes, strides, dtypes, other arguments' values), the launch
+cache records a call's launches and repeats them from C++ for later calls with the same
+key, without Python (:func:`flagos.provider_api.set_replayable`). Which ops qualify is
+data, ``replayable.toml`` next to this module, and each entry is proven, not assumed:
+:func:`check_op` runs the op's OpInfo samples, each also non-contiguous (and
+channels-last where 4-d), twice through the provider with the op declared replayable.
+The second call, relaunched from C++, must equal the first exactly, the first must match
+the CPU, and at least one call must have been relaunched. An entry keeps a digest of the
+FlagGems source serving the op (its module and FlagGems' shared kernel machinery), so an
+op that a FlagGems release changes drops out until it is admitted again.
 
     FLAGOS_NO_TWIN=1 FLAGOS_HAL=cuda python -m flagos_ops_gems.replay_admission \\
         [--ops aten::add.Tensor,...|training-step] [--max-samples N] [--write [PATH]]
@@ -186,7 +186,7 @@ def opinfo_samples(op: str, max_samples: int, dtypes: Iterable[object]) -> Itera
     """CPU samples of the OpInfo entries named like ``op``'s base name (or, for an overload
     whose schema is not its Python function's, of the entry ``_aten_samples`` names, in the
     overload's form), each also with its tensors of two or more dimensions made
-    non-contiguous (same values)."""
+    non-contiguous and, where it has 4-d tensors, channels-last (same values)."""
     import torch
     from torch.testing._internal.common_methods_invocations import op_db
     from torch.utils._pytree import tree_map
@@ -205,6 +205,14 @@ def opinfo_samples(op: str, max_samples: int, dtypes: Iterable[object]) -> Itera
             return t.mT.contiguous().mT
         return t
 
+    def channels_last(t: object) -> object:
+        if isinstance(t, torch.Tensor) and t.dim() == 4:
+            return t.contiguous(memory_format=torch.channels_last)
+        return t
+
+    def has_4d(value: object) -> bool:
+        return any(t.dim() == 4 for t in _tensors(value))
+
     for info in infos:
         for dtype in dtypes:
             if dtype not in info.supported_dtypes("cpu"):
@@ -218,6 +226,8 @@ def opinfo_samples(op: str, max_samples: int, dtypes: Iterable[object]) -> Itera
                     continue
                 yield sample
                 yield tree_map(strided, sample[0]), tree_map(strided, sample[1])
+                if has_4d(sample):
+                    yield tree_map(channels_last, sample[0]), tree_map(channels_last, sample[1])
 
 
 def _tolerance(t: object) -> dict:
