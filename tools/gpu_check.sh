@@ -259,10 +259,17 @@ print(flagos.routing.explain('aten::mm')); print(flagos.routing.stats())" 2>&1 |
       FLAGOS_HAL=cuda FLAGOS_NO_TWIN=1 timeout 300 python3 packages/flagos-quant/benchmarks/quant_bench.py \
              --only decode --json "$OUT/decode-no-twin.json" 2>&1 | tee "$OUT/decode-no-twin.log" | tail -14 ;;
     # flagos.bench's TinyLlama training step without a twin, FlagGems through the HAL (the
-    # gems routing file) against the same GPU through plain PyTorch.
-    model-no-twin) step model-no-twin; FLAGOS_HAL=cuda FLAGOS_NO_TWIN=1 FLAGOS_ROUTES_FILE=gems \
-             timeout ${MODEL_TIMEOUT:-300} python3 -m flagos.bench --only model \
-             --json "$OUT/flagos-bench-no-twin.json" 2>&1 | tee "$OUT/model-no-twin.log" | tail -12 ;;
+    # gems routing file) against the same GPU through plain PyTorch; then the same with the
+    # matrix products on cuBLAS through flagos-ops-native's manifest (a vendor BLAS's place).
+    model-no-twin) step model-no-twin
+      FLAGOS_HAL=cuda FLAGOS_NO_TWIN=1 FLAGOS_ROUTES_FILE=gems timeout ${MODEL_TIMEOUT:-240} \
+             python3 -m flagos.bench --only model --json "$OUT/flagos-bench-no-twin.json" 2>&1 \
+             | tee "$OUT/model-no-twin.log" | tail -8
+      blas="$(python3 -c 'import flagos_ops_native as n; print(n.manifest_dir() / "cublas.toml")')"
+      FLAGOS_HAL=cuda FLAGOS_NO_TWIN=1 FLAGOS_ROUTES_FILE=gems FLAGOS_NATIVE_MANIFESTS="$blas" \
+             FLAGOS_ROUTES="aten::mm=native,gems,cpu;aten::bmm=native,gems,cpu;aten::addmm=native,gems,cpu" \
+             timeout ${MODEL_TIMEOUT:-240} python3 -m flagos.bench --only model \
+             --json "$OUT/flagos-bench-no-twin-cublas.json" 2>&1 | tee -a "$OUT/model-no-twin.log" | tail -8 ;;
     # Route tuning (after build, native, and with flag-gems carried): tuned routes vs
     # single-provider routes for the TinyLlama training step; then the tuning and shadow tests.
     tune) step tune; FLAGOS_HAL=cuda timeout 590 python3 packages/flagos-core/benchmarks/tuned_routes.py \
