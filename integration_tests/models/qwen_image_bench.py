@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
                   args.min_time)
     width = model.config.num_attention_heads * model.config.attention_head_dim
     name = f"QwenImage21 transformer {args.layers}x{width}"
-    table = Table("qwen-image", (f"Qwen-Image 2.1 denoising step: transformer forward, "
+    table = Table("qwen-image-no-twin" if no_twin else "qwen-image", (f"Qwen-Image 2.1 denoising step: transformer forward, "
                                  f"{args.layers} of 32 blocks at width {width}, bf16, "
                                  f"{pixels}x{pixels} image + {TEXT_TOKENS} text tokens, "
                                  f"flagos{' without a twin (gems routes)' if no_twin else ''}"

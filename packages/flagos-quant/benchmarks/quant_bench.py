@@ -440,8 +440,10 @@ def main() -> None:
         for row in bench_linears(shapes, [int(b) for b in args.batches.split(",")], min_time):
             linear.add(*row[1:])
         report(linear)
-    decode = Table("quant-decode", "Llama decode step (batch 1, KV cache) with FP8 / NVFP4 "
-                   "weights vs bf16", ["model", "case", "flagos us per token",
+    no_twin = flagos.twin_device(0) is None
+    decode = Table("quant-decode-no-twin" if no_twin else "quant-decode",
+                   "Llama decode step (batch 1, KV cache) with FP8 / NVFP4 weights vs bf16"
+                   + (", flagos without a twin" if no_twin else ""), ["model", "case", "flagos us per token",
                                        "vs flagos bf16", "GPU kernel us per token",
                                        "GPU time vs bf16"],
                    notes=[*NOTES, ("GPU kernel us = the kernels' own durations per token "

@@ -210,9 +210,12 @@ def bench_model(native: torch.device, min_time: float, quick: bool) -> Table:
     tokens = torch.randint(0, cfg.vocab_size, (batch, seq + 1))
     results: dict[str, float] = {}
     rounds: dict[str, list[float]] = {}
-    table = Table("model", (f"model: TinyLlama {cfg.n_layers}x{cfg.dim} "
-                            f"{str(dtype).split('.')[-1]} forward+backward, batch {batch}x{seq}, "
-                            f"mean of {steps} steps, best of 2 rounds"),
+    no_twin = flagos.twin_device(0) is None
+    table = Table("model-no-twin" if no_twin else "model",
+                  (f"model: TinyLlama {cfg.n_layers}x{cfg.dim} "
+                   f"{str(dtype).split('.')[-1]} forward+backward, batch {batch}x{seq}, "
+                   f"mean of {steps} steps, best of 2 rounds"
+                   + (", flagos without a twin vs plain PyTorch" if no_twin else "")),
                   ["model", "flagos tok/s", "native tok/s", "throughput ratio"],
                   plot=Plot("bar", "model", ["throughput ratio"],
                             ylabel="flagos / native throughput", reference=1.0))
