@@ -237,7 +237,7 @@ print(flagos.routing.explain('aten::mm')); print(flagos.routing.stats())" 2>&1 |
       FLAGOS_HAL=cuda FLAGOS_TEST_HW=cuda timeout 300 python3 -m pytest -q -p no:cacheprovider \
              packages/flagos-ops-gems/tests/test_no_twin.py 2>&1 | tee "$OUT/gems-no-twin-tests.log" | tail -8
       FLAGOS_HAL=cuda FLAGOS_NO_TWIN=1 timeout 560 python3 packages/flagos-ops-gems/benchmarks/gems_bench.py \
-             --only ${NO_TWIN_SECTIONS:-host} --json "$OUT/gems-no-twin.json" 2>&1 | tee "$OUT/gems-no-twin.log" | tail -24 ;;
+             --only ${NO_TWIN_SECTIONS:-host} --json "$OUT/gems-no-twin-$(tr , - <<< "${NO_TWIN_SECTIONS:-host}").json" 2>&1 | tee "$OUT/gems-no-twin.log" | tail -24 ;;
     gems-sweep-no-twin) step gems-sweep-no-twin; FLAGOS_HAL=cuda timeout 590 python3 packages/flagos-ops-gems/benchmarks/opinfo_vs_flaggems.py \
              --no-twin --jobs 14 --max-samples ${SWEEP_SAMPLES:-3} --layouts "${SWEEP_LAYOUTS:-}" --json "$OUT/gems-sweep-no-twin.json" --raw-json "$OUT/gems-sweep-no-twin-raw.json" --log-dir "$OUT" > "$OUT/gems-sweep-no-twin.log" 2>&1; tail -60 "$OUT/gems-sweep-no-twin.log" ;;
     # The GPU as a chip without CUDA, all of it (after build): the replay admission, the
