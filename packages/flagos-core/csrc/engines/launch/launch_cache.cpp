@@ -304,7 +304,7 @@ Relaunch relaunch(const Launch& l, torch::jit::Stack* stack, size_t num_args, st
     if (reinterpret_cast<uintptr_t>(temporaries.back().get()) % 16) return Relaunch::kNotNow;
   }
   const size_t base = stack->size() - num_args;
-  c10::SmallVector<TensorDescriptorBytes, 3> descriptors;
+  std::vector<TensorDescriptorBytes> descriptors;  // aligned new: a SmallVector grows with malloc
   for (const KernelRun& run : l.runs) {
     uint64_t values[kMaxParams];
     void* ptrs[kMaxParams];

@@ -167,7 +167,7 @@ class TypedLauncher {
     c10::SmallVector<size_t, 32> sizes(n_params_);
     c10::SmallVector<bool, 32> pointer(n_params_, false);
     // 'T' parameters: the encoded bytes, and what they were encoded from (for the cache)
-    c10::SmallVector<TensorDescriptorBytes, 3> encoded;
+    std::vector<TensorDescriptorBytes> encoded;  // aligned new: a SmallVector grows with malloc
     c10::SmallVector<std::pair<size_t, flagos_tensor_descriptor_info_t>, 3> encoded_from;
     encoded.reserve(descriptors_.size());  // not moved while ptrs point into it
     size_t a = 0, p = 0, d = 0;
