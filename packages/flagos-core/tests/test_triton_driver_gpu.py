@@ -97,6 +97,41 @@ def test_a_triton_kernel_with_host_tensor_descriptors_matches_the_cpu(dtype):
     torch.testing.assert_close(out.cpu(), x * 1.5)
 
 
+def _tile_scale_op(x: torch.Tensor, alpha: float) -> torch.Tensor:
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    out = torch.empty_like(x)
+    bm = bn = 32
+    src = TensorDescriptor(x, list(x.shape), list(x.stride()), [bm, bn])
+    dst = TensorDescriptor(out, list(out.shape), list(out.stride()), [bm, bn])
+    _tile_scale[(triton.cdiv(x.shape[0], bm), triton.cdiv(x.shape[1], bn))](src, dst, alpha,
+                                                                            BM=bm, BN=bn)
+    return out
+
+
+def test_a_launch_cached_op_with_tensor_descriptors_relaunches_with_each_calls_tensors():
+    # The descriptors hold the tensors' addresses: a relaunch encodes them again from the
+    # kept description (a stale one would read the first call's input, kept alive here).
+    from flagos import triton_driver
+
+    lib = torch.library.Library("flagos_test_triton_gpu_tma", "DEF")
+    lib.define("tile_scale(Tensor x, float alpha) -> Tensor")
+    launch_cache.register("flagos_test_triton_gpu_tma::tile_scale", "flagos", _tile_scale_op)
+    try:
+        xs = [torch.randn(100, 72) for _ in range(3)]
+        fxs = [x.to("flagos") for x in xs]
+        op = torch.ops.flagos_test_triton_gpu_tma.tile_scale
+        with triton_driver.active():
+            before = launch_cache.stats()
+            got = [op(fx, 1.5) for fx in fxs]
+            after = launch_cache.stats()
+        assert after["relaunched"] - before["relaunched"] == 2, (before, after)
+        for g, x in zip(got, xs):
+            torch.testing.assert_close(g.cpu(), x * 1.5)
+    finally:
+        lib._destroy()
+
+
 def test_without_a_twin():
     if os.environ.get("FLAGOS_NO_TWIN") == "1":
         pytest.skip("this is the child")
