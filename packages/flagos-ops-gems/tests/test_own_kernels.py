@@ -381,6 +381,10 @@ HISTC_CASES = {
     "bf16 with NaN": (lambda: torch.tensor([0.5, float("nan"), 2.0, 3.0, -7.0],
                                            dtype=torch.bfloat16, device=DEVICE), 3, 0, 3),
     "one value": (lambda: torch.full((5,), 2.0, device=DEVICE), 4, 0, 0),
+    # bin edges float32 would round: 0.1 + 1e-9 lies in bin 1 of [0, 0.3] by 3 in float64
+    "float64 at a bin edge": (lambda: torch.tensor([0.0, 0.1 + 1e-9, 0.2, 0.3, 0.1 - 1e-9],
+                                                   dtype=torch.float64, device=DEVICE), 3, 0, 0.3),
+    "float64 from its extremes": (lambda: _randn(500, dtype=torch.float64), 7, 0, 0),
     "empty": (lambda: torch.empty(0, device=DEVICE), 5, 0, 1),
 }
 
@@ -403,7 +407,7 @@ def test_histc_declines_what_aten_refuses() -> None:
     assert histc(x, 0) is NotImplemented
     assert histc(x, 4, 2.0, 1.0) is NotImplemented  # max below min
     assert histc(x, 4, 0.0, float("inf")) is NotImplemented
-    assert histc(x.double(), 4) is NotImplemented  # float64: counted in float32 here
+    assert histc(x.bool(), 4) is NotImplemented
 
 
 PROD_CASES = {
