@@ -125,11 +125,6 @@ def bench_host(min_time: float, rounds: int, only: list[str] | None = None) -> T
     return table
 
 
-def _cuda_device() -> torch.device:
-    """The CUDA device under flagos:0: its twin, or without a twin its native device."""
-    return native_reference(0)
-
-
 def _no_twin() -> bool:
     """flagos devices without a twin on a machine whose CUDA runs FlagGems natively."""
     return flagos.get_device_properties(0).twin_device == "none" and torch.cuda.is_available()
@@ -153,7 +148,7 @@ def flaggems_cuda_host(min_time: float, rounds: int, only: list[str] | None) -> 
 def bench_host_no_twin(min_time: float, rounds: int, only: list[str] | None = None) -> Table:
     """The host table without a twin: native ATen on CUDA and gems on flagos tensors here,
     FlagGems on CUDA tensors in a clean process."""
-    cuda = _cuda_device()
+    cuda = native_reference(0)  # the twin, or without one the GPU the HAL drives
     fl = torch.device("flagos", 0)
     native_ops, flagos_ops = _ops(cuda), _ops(fl)
     unknown = sorted(set(only or ()) - set(native_ops))
@@ -247,7 +242,7 @@ def bench_model(quick: bool) -> Table:
     from flagos.models.clean_process import CleanProcessTimer, time_steps
 
     no_twin = _no_twin()
-    cuda = _cuda_device()
+    cuda = native_reference(0)  # the twin, or without one the GPU the HAL drives
     fl = torch.device("flagos", 0)
     cfg = LlamaConfig(dim=1024 if quick else 2048, n_layers=4 if quick else 8,
                       n_heads=16, hidden_dim=2816 if quick else 5632,
