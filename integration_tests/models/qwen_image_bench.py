@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     native = native_reference(0)
     if native is None:
         raise SystemExit("this benchmark compares against a native device; flagos:0 has no "
-                         "twin and its HAL drives no CUDA device")
+                         "twin and its HAL names no device this process can use")
     no_twin = flagos.twin_device(0) is None
     if no_twin:  # without a twin flagos computes with FlagGems through the HAL
         flagos.routing.load("gems")

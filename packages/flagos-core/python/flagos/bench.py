@@ -7,8 +7,8 @@ Sections: ``alloc`` (allocator malloc/free throughput vs the native allocator), 
 ``ops`` (per-op latency of small ops through each route vs the same op on native
 tensors), ``model`` (training throughput of a transformer stack vs native). The native
 reference is the HAL's twin device: CPU for sim, CUDA for the cuda HAL; without a twin
-(``FLAGOS_NO_TWIN=1``) on the cuda HAL, the same GPU through plain PyTorch, with flagos on
-the routes in force (``FLAGOS_ROUTES_FILE=gems``: FlagGems through the HAL). Ratios are
+(``FLAGOS_NO_TWIN=1``) the device the HAL names as addressing its memory (the same GPU on
+the cuda HAL) through plain PyTorch, with flagos on the routes in force (``FLAGOS_ROUTES_FILE=gems``: FlagGems through the HAL). Ratios are
 flagos time / native time (lower is better; 1.0 is parity), except bandwidth and
 throughput ratios, which are flagos / native (higher is better). ``--json`` writes the
 tables (flagos.bench_results) for the benchmarks page.
@@ -33,15 +33,19 @@ from flagos.bench_results import Plot, Table, write_json
 
 def native_reference(device: int = 0) -> torch.device | None:
     """The native device flagos:``device`` is measured against: its twin (cpu for sim,
-    cuda:N for the cuda HAL), or without a twin (``FLAGOS_NO_TWIN=1``) on the cuda HAL
-    the CUDA device that HAL drives, used beside flagos as plain PyTorch; None where there
-    is none (a chip without CUDA)."""
+    cuda:N for the cuda HAL), or without a twin (``FLAGOS_NO_TWIN=1``) the device the HAL
+    says addresses its memory (``native_device``), used beside flagos as plain PyTorch;
+    None where there is none this process can use (a chip nothing else addresses)."""
     twin = flagos.twin_device(device)
     if twin is not None:
         return twin
     props = flagos.get_device_properties(device)
-    if props.hal == "cuda" and torch.cuda.is_available():
-        return torch.device("cuda", max(props.native_device_index, 0))
+    kind = props.native_device
+    if kind == "cpu":
+        return torch.device("cpu")
+    module = getattr(torch, kind, None) if kind != "none" else None
+    if module is not None and hasattr(module, "is_available") and module.is_available():
+        return torch.device(kind, max(props.native_device_index, 0))
     return None
 
 
@@ -49,7 +53,7 @@ def _native_device() -> torch.device:
     native = native_reference(0)
     if native is None:
         raise SystemExit("flagos.bench compares against a native device: flagos:0 has no twin "
-                         "and its HAL drives no CUDA device")
+                         "and its HAL names no device this process can use")
     return native
 
 

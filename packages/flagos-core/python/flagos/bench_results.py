@@ -113,7 +113,7 @@ def environment() -> dict[str, object]:
     from flagos.bench import native_reference
 
     props = flagos.get_device_properties(0)
-    native = native_reference(0)  # the twin, or without one the GPU the cuda HAL drives
+    native = native_reference(0)  # the twin, or the device the HAL names (the GPU on cuda)
     if native is not None and native.type == "cuda":
         machine = torch.cuda.get_device_name(native)
     else:
