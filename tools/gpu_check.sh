@@ -240,21 +240,26 @@ print(flagos.routing.explain('aten::mm')); print(flagos.routing.stats())" 2>&1 |
              --only ${NO_TWIN_SECTIONS:-host} --json "$OUT/gems-no-twin-$(tr , - <<< "${NO_TWIN_SECTIONS:-host}").json" 2>&1 | tee "$OUT/gems-no-twin.log" | tail -24 ;;
     gems-sweep-no-twin) step gems-sweep-no-twin; FLAGOS_HAL=cuda timeout 590 python3 packages/flagos-ops-gems/benchmarks/opinfo_vs_flaggems.py \
              --no-twin --jobs 14 --max-samples ${SWEEP_SAMPLES:-3} --layouts "${SWEEP_LAYOUTS:-}" --json "$OUT/gems-sweep-no-twin.json" --raw-json "$OUT/gems-sweep-no-twin-raw.json" --log-dir "$OUT" > "$OUT/gems-sweep-no-twin.log" 2>&1; tail -60 "$OUT/gems-sweep-no-twin.log" ;;
-    # The GPU as a chip without CUDA, all of it (after build): the replay admission, the
-    # no-twin gems tests and host table, flagos.bench's training step against plain CUDA
-    # (the ops by provider, CPU fallback among them), the decode step against plain CUDA.
     # The replay admission without a twin (flagos_ops_gems.replay_admission), for ADMIT_OPS
     # (default: a training step's ops, with ADMIT_SAMPLES OpInfo samples each: every new
-    # shape of an autotuned op is tuned on first use), written into the installed
-    # package, so that the steps after it replay them, and under $OUT (copy it to
-    # packages/flagos-ops-gems/python/flagos_ops_gems/replayable.toml).
+    # shape of an autotuned op is compiled and tuned on first use, so each (op, dtype) is
+    # checked in its own process, ADMIT_JOBS at a time, each stopped after ADMIT_TIMEOUT s),
+    # written into the installed package, so that the steps after it replay them, and under
+    # $OUT (copy it to packages/flagos-ops-gems/python/flagos_ops_gems/replayable.toml);
+    # then the kernel caches it filled, as kernel-cache.txz.* (put them in .gpu-cache/).
     admit) step admit
-      FLAGOS_HAL=cuda FLAGOS_NO_TWIN=1 timeout ${ADMIT_TIMEOUT:-300} python3 -m flagos_ops_gems.replay_admission \
-             --ops "${ADMIT_OPS:-training-step}" --max-samples ${ADMIT_SAMPLES:-2} --write 2>&1 \
-             | tee "$OUT/replay-admission.log" | tail -40
+      FLAGOS_HAL=cuda FLAGOS_NO_TWIN=1 python3 -m flagos_ops_gems.replay_admission \
+             --ops "${ADMIT_OPS:-training-step}" --max-samples ${ADMIT_SAMPLES:-2} \
+             --jobs ${ADMIT_JOBS:-12} --task-timeout ${ADMIT_TIMEOUT:-240} --write 2>&1 \
+             | grep -v "Warning\|warnings.warn" | tee "$OUT/replay-admission.log" | tail -40
       cp "$(python3 -c 'import importlib.util as u; print(u.find_spec("flagos_ops_gems").submodule_search_locations[0])')/replayable.toml" \
-         "$OUT/replayable.toml" ;;
-    no-twin) step no-twin; bash "$0" admit; NO_TWIN_SECTIONS=host bash "$0" gems-no-twin
+         "$OUT/replayable.toml"
+      bash "$0" kernel-cache ;;
+    # The GPU as a chip without CUDA (after build, and admit where the admitted ops are to
+    # be new): the no-twin gems tests and host table, flagos.bench's training step against
+    # plain CUDA (the ops by provider, CPU fallback among them), the decode step against
+    # plain CUDA.
+    no-twin) step no-twin; NO_TWIN_SECTIONS=host bash "$0" gems-no-twin
       bash "$0" model-no-twin
       FLAGOS_HAL=cuda FLAGOS_NO_TWIN=1 timeout 300 python3 packages/flagos-quant/benchmarks/quant_bench.py \
              --only decode --json "$OUT/decode-no-twin.json" 2>&1 | tee "$OUT/decode-no-twin.log" | tail -14 ;;

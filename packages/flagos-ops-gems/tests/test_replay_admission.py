@@ -137,3 +137,45 @@ def test_samples_with_4d_tensors_also_come_channels_last() -> None:
     assert any(t.is_contiguous() for t in four_d)
     assert any(not t.is_contiguous() and t.is_contiguous(memory_format=torch.channels_last)
                for t in four_d)
+
+
+def test_an_ops_verdicts_per_dtype_merge_to_its_first_failure_or_their_sums() -> None:
+    from flagos_ops_gems.replay_admission import Verdict, merge_verdicts
+
+    ok = Verdict("t", True, 4, 6, "")
+    no_bf16 = Verdict("t", False, 0, 0, "no sample")
+    unkept = Verdict("t", False, 2, 0, "never relaunched: its calls were not kept")
+    wrong = Verdict("t", False, 1, 0, "differs from the CPU: mismatch")
+    assert merge_verdicts("aten::x", [ok, no_bf16]) == Verdict("aten::x", True, 4, 6, "")
+    assert merge_verdicts("aten::x", [ok, unkept]) == Verdict("aten::x", True, 6, 6, "")
+    assert merge_verdicts("aten::x", [ok, wrong, no_bf16]).reason.startswith("differs")
+    assert not merge_verdicts("aten::x", [wrong, ok]).admitted
+    assert merge_verdicts("aten::x", [no_bf16, no_bf16]).reason == "no sample"
+    assert merge_verdicts("aten::x", [unkept, no_bf16]).reason.startswith("never relaunched")
+
+
+def test_checks_in_processes_report_their_verdicts_and_a_slow_one_is_stopped() -> None:
+    import json
+    import sys
+
+    from flagos_ops_gems.replay_admission import Verdict, run_tasks
+
+    def printing(verdict: dict) -> list[str]:
+        return [sys.executable, "-c", f"print('compiling'); print({json.dumps(verdict)!r})"]
+
+    tasks = [
+        ("aten::a", printing({"op": "aten::a", "admitted": True, "samples": 2,
+                              "relaunched": 3, "reason": ""})),
+        ("aten::b", [sys.executable, "-c", "import time; time.sleep(60)"]),
+        ("aten::a", printing({"op": "aten::a", "admitted": False, "samples": 0,
+                              "relaunched": 0, "reason": "no sample"})),
+        ("aten::c", [sys.executable, "-c", "import sys; sys.exit('segfaulted in the kernel')"]),
+    ]
+    got = dict(run_tasks(tasks, jobs=3, timeout=5))
+    assert list(got) == ["aten::a", "aten::b", "aten::c"]
+    assert got["aten::a"] == [Verdict("aten::a", True, 2, 3, ""),
+                              Verdict("aten::a", False, 0, 0, "no sample")]
+    (slow,) = got["aten::b"]
+    assert not slow.admitted and slow.reason.startswith("not finished in 5 s")
+    (crashed,) = got["aten::c"]
+    assert not crashed.admitted and "exited 1: segfaulted in the kernel" in crashed.reason

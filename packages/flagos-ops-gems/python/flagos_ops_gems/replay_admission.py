@@ -18,7 +18,11 @@ op that a FlagGems release changes drops out until it is admitted again.
         [--ops aten::add.Tensor,...|training-step] [--max-samples N] [--write [PATH]]
 
 runs the check on a device without a twin whose HAL names a Triton target, prints each
-op's verdict and with ``--write`` puts the admitted ops in ``replayable.toml``.
+op's verdict and with ``--write`` puts the admitted ops in ``replayable.toml``. The first
+call of each new shape of an autotuned op compiles and times every configuration, which
+for a matrix product is minutes: ``--jobs N`` checks each (op, dtype) in its own process,
+N at a time, and ``--task-timeout S`` stops one that takes longer than S seconds (its op is
+not admitted, and the others go on).
 """
 
 from __future__ import annotations
@@ -27,8 +31,11 @@ import argparse
 import dataclasses
 import hashlib
 import inspect
+import json
+import subprocess
 import sys
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import tomllib
@@ -105,6 +112,57 @@ class Verdict:
     samples: int
     relaunched: int
     reason: str
+
+
+_INCONCLUSIVE = ("no sample", "never relaunched")
+
+
+def merge_verdicts(op: str, parts: Iterable[Verdict]) -> Verdict:
+    """One op's verdict from the verdicts of its parts (one per dtype, say): the first part
+    that failed (raised, differed, did not finish), else admitted where the parts together
+    ran a sample and relaunched a call."""
+    parts = list(parts)
+    for part in parts:
+        if not part.admitted and not part.reason.startswith(_INCONCLUSIVE):
+            return dataclasses.replace(part, op=op)
+    samples = sum(p.samples for p in parts)
+    relaunched = sum(p.relaunched for p in parts)
+    if not samples:
+        return Verdict(op, False, 0, 0, "no sample")
+    if not relaunched:
+        return Verdict(op, False, samples, 0, next(
+            p.reason for p in parts if p.reason.startswith("never relaunched")))
+    return Verdict(op, True, samples, relaunched, "")
+
+
+def run_task(op: str, argv: list[str], timeout: float | None) -> Verdict:
+    """Run ``argv`` (a process printing one op's verdict as a JSON line last) and read the
+    verdict; a process that fails or takes longer than ``timeout`` seconds is the op's
+    failure, named."""
+    try:
+        done = subprocess.run(argv, check=False, capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return Verdict(op, False, 0, 0, f"not finished in {timeout:g} s (its kernels compile "
+                       "and tune on first use: rerun with the kernel caches kept, or a "
+                       "longer --task-timeout)")
+    lines = done.stdout.strip().splitlines()
+    try:
+        return Verdict(**json.loads(lines[-1]))
+    except (IndexError, ValueError, TypeError):
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return Verdict(op, False, 0, 0, f"its check exited {done.returncode}: {tail}"[:200])
+
+
+def run_tasks(tasks: list[tuple[str, list[str]]], jobs: int, timeout: float | None,
+              ) -> Iterator[tuple[str, list[Verdict]]]:
+    """Run ``tasks`` ((op, argv), an op's tasks next to each other), ``jobs`` at a time, and
+    yield each op with its parts' verdicts once all of them are in, in the tasks' order."""
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = [(op, pool.submit(run_task, op, argv, timeout)) for op, argv in tasks]
+        ops = list(dict.fromkeys(op for op, _ in tasks))
+        for op in ops:
+            yield op, [f.result() for o, f in futures if o == op]
 
 
 def _tensors(value: object) -> list:
@@ -249,10 +307,17 @@ def main(argv: list[str] | None = None) -> int:
                     "'training-step' (TRAINING_STEP_OPS); default: every op gems serves that "
                     "writes none of its arguments")
     ap.add_argument("--max-samples", type=int, default=4)
+    ap.add_argument("--dtypes", default="float32,bfloat16",
+                    help="the samples' dtypes, comma-separated (default: float32,bfloat16)")
+    ap.add_argument("--jobs", type=int, default=1, help="check each (op, dtype) in its own "
+                    "process, this many at a time (default 1: all in this process)")
+    ap.add_argument("--task-timeout", type=float, default=0, help="with --jobs: stop a "
+                    "check running longer than this many seconds; its op is not admitted")
     ap.add_argument("--write", nargs="?", const=str(REPLAYABLE_FILE), default="",
                     metavar="PATH", help="write the admitted ops there (default: the "
                     f"installed package's {REPLAYABLE_FILE.name}; in a checkout, "
                     "packages/flagos-ops-gems/python/flagos_ops_gems/replayable.toml)")
+    ap.add_argument("--verdict-json", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if flagos.device_count() == 0 or flagos.get_device_properties(0).twin_device != "none":
         print("replay_admission: needs flagos devices without a twin (FLAGOS_NO_TWIN=1, or a "
@@ -262,20 +327,39 @@ def main(argv: list[str] | None = None) -> int:
     if why:
         print(f"replay_admission: the gems provider cannot run here: {why}")
         return 2
+    dtypes = [d for d in args.dtypes.split(",") if d]
+    bad = [d for d in dtypes if not isinstance(getattr(torch, d, None), torch.dtype)]
+    if bad:
+        print(f"replay_admission: --dtypes names no torch dtype: {', '.join(bad)}")
+        return 2
     gems = flagos.routing.providers()["gems"]
     functions = gems.library.functions
     named = TRAINING_STEP_OPS if args.ops == "training-step" else args.ops.split(",")
     ops = [o for o in named if o] or sorted(
         op for op in functions if gems.serves(op) and not _writes_an_argument(op))
     declared = gems.library.replayable_ops() & functions.keys()
+
+    def check(op: str) -> Verdict:
+        samples = opinfo_samples(op, args.max_samples, [getattr(torch, d) for d in dtypes])
+        return check_op(op, samples, "gems", _tolerance, declared - {op})
+
+    if args.verdict_json:  # one task of a --jobs run: its verdict, for the parent to read
+        for op in ops:
+            print(json.dumps(dataclasses.asdict(check(op))))
+        return 0
     import flag_gems
 
     library = f"FlagGems {flag_gems.__version__}"
+    if args.jobs > 1:
+        tasks = [(op, [sys.executable, "-m", "flagos_ops_gems.replay_admission", "--ops", op,
+                       "--dtypes", dtype, "--max-samples", str(args.max_samples),
+                       "--verdict-json"]) for op in ops for dtype in dtypes]
+        verdicts = ((op, merge_verdicts(op, parts)) for op, parts in
+                    run_tasks(tasks, args.jobs, args.task_timeout or None))
+    else:
+        verdicts = ((op, check(op)) for op in ops)
     admitted = {}
-    for op in ops:
-        verdict = check_op(op, opinfo_samples(op, args.max_samples,
-                                              (torch.float32, torch.bfloat16)),
-                           "gems", _tolerance, declared - {op})
+    for op, verdict in verdicts:
         print(f"{op:48} {'admitted' if verdict.admitted else 'no':9} samples "
               f"{verdict.samples:3} relaunched {verdict.relaunched:4} {verdict.reason}",
               flush=True)
