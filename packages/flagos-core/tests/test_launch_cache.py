@@ -24,6 +24,7 @@ _lib.define("unkeyed_list(Tensor x, Tensor[] ys, float alpha) -> Tensor")
 # alpha (float32), each a pointer to its value as a kernel launch passes them
 _KERNEL = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_void_p))
 _calls: list[tuple[int, int, int]] = []
+_recording_seen: list[bool] = []  # launch_cache.recording() inside the kernels that note it
 
 
 def _axpy(grid, params) -> None:
@@ -64,6 +65,7 @@ def _checked(x, y):
 
 
 def _axpy_kernel(x, y, alpha):
+    _recording_seen.append(launch_cache.recording())
     _checked(x, y)
     out = torch.empty_like(x)
     _launch(x, y, out, alpha)
@@ -109,6 +111,7 @@ def _zeroed(x, y, alpha):
 
 
 def _unkeyed_list(x, ys, alpha):
+    _recording_seen.append(launch_cache.recording())
     out = torch.empty_like(x)
     _launch(x, ys[0], out, alpha)
     return out
@@ -131,6 +134,7 @@ def _delta(before: dict) -> dict:
 def _fresh() -> None:
     launch_cache.clear()
     _calls.clear()
+    _recording_seen.clear()
 
 
 def test_repeated_metadata_relaunches_from_cpp_with_this_calls_pointers() -> None:
@@ -226,6 +230,17 @@ def test_disabled_and_clear_send_calls_through_python() -> None:
     ops.axpy(x, y, 1.0)  # kept again
     ops.axpy(x, y, 1.0)
     assert _delta(before) == {"relaunched": 1, "python": 2, "kept": 1, "unkeyed": 0}
+
+
+def test_calls_that_cannot_be_kept_are_not_recorded() -> None:
+    # Recording costs (kernels watched for device work, launches described): a call the
+    # cache cannot key, or any call while it is disabled, runs its kernel unrecorded.
+    x, y = torch.randn(8), torch.randn(8)
+    ops.unkeyed_list(x, [y], 1.0)
+    with launch_cache.disabled():
+        ops.axpy(x, y, 1.0)
+    ops.axpy(x, y, 1.0)
+    assert _recording_seen == [False, False, True]
 
 
 def test_nothing_records_outside_a_launch_cached_op() -> None:

@@ -365,13 +365,15 @@ void invalidate_enclosing_recording() {
 
 // Closes this thread's recording on scope exit, restoring an enclosing one (a cached op
 // called from another's Python kernel records its own launch, and the enclosing one is
-// then not kept).
+// then not kept). A call that cannot be kept (not keyed, or the cache disabled) records
+// nothing: recording watches its Python kernel for device work and describes each launch.
 struct RecordingScope {
   Recorded rec;
   Recorded* previous;
   AllocationLog* previous_log;
-  RecordingScope() : previous(recording), previous_log(set_allocation_log(&rec.allocations)) {
-    recording = &rec;
+  explicit RecordingScope(bool keep)
+      : previous(recording), previous_log(set_allocation_log(keep ? &rec.allocations : nullptr)) {
+    recording = keep ? &rec : nullptr;
   }
   ~RecordingScope() {
     recording = previous;
@@ -426,7 +428,7 @@ bool run_launch_cached(LaunchTable& table, const c10::OperatorHandle& op, torch:
   n_python.fetch_add(1, std::memory_order_relaxed);
   std::vector<c10::IValue> args;
   if (keyed) args.assign(stack->end() - num_args, stack->end());
-  RecordingScope scope;
+  RecordingScope scope(keyed);
   if (!python()) return false;
   if (!keyed || scope.rec.launches.empty() || !scope.rec.valid) return true;
   auto l = resolve(scope.rec, args, *stack, num_results);
