@@ -35,17 +35,27 @@ for s in "$@"; do
     build)
       step build
       nvidia-smi -L; python3 -c "import torch; print('torch', torch.__version__, 'cuda devices', torch.cuda.device_count())"
+      # A warm machine keeps what it built: the same package sources are not built again.
+      sources=$(find packages \( -name build -o -name __pycache__ -o -name tests -o -name '*.egg-info' \) -prune \
+                -o -type f -not -name '*.so' -not -name _build_info.py -print0 \
+                | sort -z | xargs -0 sha1sum | sha1sum | cut -c1-16)
+      if [[ -f /tmp/flagos-built && $(cat /tmp/flagos-built) == "$sources" ]]; then
+        echo "built already (package sources $sources)"; continue
+      fi
       build_one() {
         [[ -f packages/$1/pyproject.toml ]] || return 0
         CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip install --no-build-isolation --no-deps "./packages/$1" \
-          > "$OUT/build-$1.log" 2>&1 && echo "built $1" || { echo "BUILD FAILED $1"; tail -30 "$OUT/build-$1.log"; }
+          > "$OUT/build-$1.log" 2>&1 && echo "built $1" \
+          || { echo "BUILD FAILED $1"; tail -30 "$OUT/build-$1.log"; touch /tmp/flagos-build-failed; }
       }
+      rm -f /tmp/flagos-build-failed /tmp/flagos-built
       # flagos-hal's headers, then core's extension, before the packages that build against them.
       build_one flagos-hal; build_one flagos-core
       for p in flagos-ops-boxing flagos-ops-gems flagos-ops-native flagos-quant flagos-distributed flagos-compile; do
         build_one $p &
       done
-      wait ;;
+      wait
+      [[ -f /tmp/flagos-build-failed ]] || echo "$sources" > /tmp/flagos-built ;;
     native) step native  # after build: flagos-ops-native against this torch; sim tests, cuda routes
       CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip install --no-build-isolation --no-deps ./packages/flagos-ops-native \
         > "$OUT/build-flagos-ops-native.log" 2>&1 && echo "built flagos-ops-native" \
