@@ -275,12 +275,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("_launch_cache_register", [](const std::string& op, const std::string& key, py::object fn) {
     flagos::register_launch_cached_op(op, key, flagos::PyObjectRef(fn.ptr()));
   });
-  m.def("_launch_cache_record", [](uintptr_t function, const std::vector<uint32_t>& grid,
-                                   uint32_t block_threads, uint32_t shared_bytes,
-                                   const std::vector<std::tuple<bool, int, uint64_t>>& params,
-                                   py::object keepalive) {
-    return flagos::record_launch(function, grid, block_threads, shared_bytes,
-                                 flagos::launch_params(params), flagos::PyObjectRef(keepalive.ptr()));
+  m.def("_launch_cache_hal_device_for", [](const std::string& device) {
+    return static_cast<int>(flagos::hal_device_for(c10::Device(device)));
   });
   m.def("_launch_cache_recording", &flagos::launch_recording);
   m.def("_launch_cache_spoil_recording", &flagos::spoil_launch_recording);

@@ -1,62 +1,23 @@
-"""The launch cache (flagos.launch_cache) on CPU, whose launches are host functions: a
-test op's Python kernel allocates its result and calls a C function (a ctypes callback)
-as a device kernel would be launched, recording the launch; later calls with the same
-argument metadata must run the function from C++ with this call's pointers, and anything
-kept launches could get wrong must not be kept. (A temporary of host memory is one: only
-flagos memory is known to the launch cache, through the HAL path.)"""
+"""The launch cache (flagos.launch_cache) on sim: a test op's Python kernel allocates its
+result and launches a C kernel for the simulated device through the HAL (an image built
+here), as a Triton kernel's wrapper does; later calls with the same argument metadata must
+run the launches from C++ with this call's pointers, and anything kept launches could get
+wrong must not be kept."""
 
 from __future__ import annotations
 
-import ctypes
-import struct
-
 import pytest
 import torch
-from flagos import launch_cache
+from flagos import kernels, launch_cache
 
-_lib = torch.library.Library("flagos_test_launch_cache", "DEF")
-for _name in ("axpy", "two_launches", "temporary", "aliased", "unkeyed", "nested", "padded",
-              "zeroed"):
-    _lib.define(f"{_name}(Tensor x, Tensor y, float alpha) -> Tensor")
-_lib.define("unkeyed_list(Tensor x, Tensor[] ys, float alpha) -> Tensor")
+FORMAT = "flagos-sim-kernels-v1"
+BLOCK = 64
 
-# void axpy(const uint32_t grid[3], void** params): params are x, y, out, n (int64),
-# alpha (float32), each a pointer to its value as a kernel launch passes them
-_KERNEL = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_void_p))
-_calls: list[tuple[int, int, int]] = []
+pytestmark = pytest.mark.skipif(
+    torch.flagos.get_device_properties(0).hal != "sim", reason="sim kernel images")
+
+_python_calls: list[str] = []    # the op whose Python kernel ran, at each such call
 _recording_seen: list[bool] = []  # launch_cache.recording() inside the kernels that note it
-
-
-def _axpy(grid, params) -> None:
-    def ptr(i):
-        return ctypes.cast(params[i], ctypes.POINTER(ctypes.c_uint64))[0]
-
-    n = ctypes.cast(params[3], ctypes.POINTER(ctypes.c_int64))[0]
-    alpha = ctypes.cast(params[4], ctypes.POINTER(ctypes.c_float))[0]
-    x = (ctypes.c_float * n).from_address(ptr(0))
-    y = (ctypes.c_float * n).from_address(ptr(1))
-    out = (ctypes.c_float * n).from_address(ptr(2))
-    for i in range(n):
-        out[i] = x[i] + alpha * y[i]
-    _calls.append((grid[0], grid[1], grid[2]))
-
-
-_AXPY = _KERNEL(_axpy)
-_AXPY_ADDR = ctypes.cast(_AXPY, ctypes.c_void_p).value
-
-
-def _launch(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor, alpha: float) -> None:
-    """Launch the host kernel as a device kernel is launched (grid, parameter pointers),
-    recording the launch when a launch-cached op is running."""
-    bits = [x.data_ptr(), y.data_ptr(), out.data_ptr(), x.numel(),
-            struct.unpack("<I", struct.pack("<f", alpha))[0]]
-    launch_cache.record(_AXPY_ADDR, (x.numel(), 1, 1), 32, 0,
-                        [(True, 8, b) for b in bits[:3]] + [(False, 8, bits[3]),
-                                                            (False, 4, bits[4])], _AXPY)
-    values = (ctypes.c_uint64 * 5)(*bits)
-    ptrs = (ctypes.c_void_p * 5)(*[ctypes.addressof(values) + 8 * i for i in range(5)])
-    _calls.append(("python",))
-    _AXPY((ctypes.c_uint32 * 3)(x.numel(), 1, 1), ptrs)
 
 
 def _checked(x, y):
@@ -64,164 +25,170 @@ def _checked(x, y):
         raise ValueError("axpy: contiguous float32 x and y of one shape needed")
 
 
-def _axpy_kernel(x, y, alpha):
-    _recording_seen.append(launch_cache.recording())
-    _checked(x, y)
-    out = torch.empty_like(x)
-    _launch(x, y, out, alpha)
-    return out
+@pytest.fixture(scope="module")
+def ops(sim_kernel_image):
+    """flagos_test_launch_cache::<op>(x, y, alpha), each launch-cached on flagos; axpy is
+    out = alpha * x + y."""
+    axpy = kernels.KernelModule(0, FORMAT, sim_kernel_image("axpy")).kernel(
+        "axpy", ("*fp32", "*fp32", "*fp32", "fp32", "i64"))
 
+    def launch(x, y, out, alpha):
+        n = x.numel()
+        axpy.launch(((n + BLOCK - 1) // BLOCK,), (BLOCK,), x, y, out, alpha, n)
+        return out
 
-def _two_launches(x, y, alpha):
-    out = torch.empty_like(x)
-    _launch(x, y, out, alpha)
-    _launch(out, y, out, alpha)
-    return out
+    def axpy_kernel(x, y, alpha):
+        _python_calls.append("axpy")
+        _recording_seen.append(launch_cache.recording())
+        _checked(x, y)
+        return launch(x, y, torch.empty_like(x), alpha)
 
+    def two_launches(x, y, alpha):
+        _python_calls.append("two_launches")
+        out = launch(x, y, torch.empty_like(x), alpha)
+        return launch(out, y, out, alpha)  # the second reads the first's result
 
-def _temporary(x, y, alpha):
-    tmp = y * 1.0  # a pointer no argument or result has
-    out = torch.empty_like(x)
-    _launch(x, tmp, out, alpha)
-    return out
+    def temporary(x, y, alpha):
+        _python_calls.append("temporary")
+        return launch(x, y * 1.0, torch.empty_like(x), alpha)  # a temporary ATen computed
 
+    def aliased(x, y, alpha):
+        _python_calls.append("aliased")
+        launch(x, y, x, alpha)
+        return x.view_as(x)  # the result is the argument's memory
 
-def _aliased(x, y, alpha):
-    _launch(x, y, x, alpha)
-    return x.view_as(x)  # the result is the argument's memory
+    def nested(x, y, alpha):
+        _python_calls.append("nested")
+        inner = torch.ops.flagos_test_launch_cache.axpy(x, y, alpha)  # a cached op inside
+        return launch(inner, y, torch.empty_like(x), alpha)
 
+    def padded(x, y, alpha):
+        _python_calls.append("padded")
+        out = torch.empty(x.numel() + 16, device=x.device)[: x.numel()]  # a larger buffer
+        return launch(x, y, out, alpha)
 
-def _nested(x, y, alpha):
-    inner = ops.axpy(x, y, alpha)  # a cached op's device work inside this one's kernel
-    out = torch.empty_like(x)
-    _launch(inner, y, out, alpha)
-    return out
+    def zeroed(x, y, alpha):
+        _python_calls.append("zeroed")
+        return launch(x, y, torch.zeros_like(x), alpha)  # device work a relaunch would not do
 
+    def unkeyed_list(x, ys, alpha):
+        _python_calls.append("unkeyed_list")
+        _recording_seen.append(launch_cache.recording())
+        return launch(x, ys[0], torch.empty_like(x), alpha)
 
-def _padded(x, y, alpha):
-    out = torch.empty(x.numel() + 16)[: x.numel()]  # in a larger buffer than it needs
-    _launch(x, y, out, alpha)
-    return out
-
-
-def _zeroed(x, y, alpha):
-    out = torch.zeros_like(x)  # device work a relaunch would not do
-    _launch(x, y, out, alpha)
-    return out
-
-
-def _unkeyed_list(x, ys, alpha):
-    _recording_seen.append(launch_cache.recording())
-    out = torch.empty_like(x)
-    _launch(x, ys[0], out, alpha)
-    return out
-
-
-for _name, _fn in (("axpy", _axpy_kernel), ("two_launches", _two_launches),
-                   ("temporary", _temporary), ("aliased", _aliased),
-                   ("unkeyed_list", _unkeyed_list), ("nested", _nested),
-                   ("padded", _padded), ("zeroed", _zeroed)):
-    launch_cache.register(f"flagos_test_launch_cache::{_name}", "cpu", _fn)
-
-ops = torch.ops.flagos_test_launch_cache
+    lib = torch.library.Library("flagos_test_launch_cache", "DEF")
+    kernels_ = {"axpy": axpy_kernel, "two_launches": two_launches, "temporary": temporary,
+                "aliased": aliased, "nested": nested, "padded": padded, "zeroed": zeroed}
+    for name, fn in kernels_.items():
+        lib.define(f"{name}(Tensor x, Tensor y, float alpha) -> Tensor")
+        launch_cache.register(f"flagos_test_launch_cache::{name}", "flagos", fn)
+    lib.define("unkeyed_list(Tensor x, Tensor[] ys, float alpha) -> Tensor")
+    launch_cache.register("flagos_test_launch_cache::unkeyed_list", "flagos", unkeyed_list)
+    yield torch.ops.flagos_test_launch_cache
+    lib._destroy()
 
 
 def _delta(before: dict) -> dict:
     return {k: v - before[k] for k, v in launch_cache.stats().items()}
 
 
+def _randn(*shape: int) -> torch.Tensor:
+    return torch.randn(*shape, device="flagos")
+
+
 @pytest.fixture(autouse=True)
 def _fresh() -> None:
     launch_cache.clear()
-    _calls.clear()
+    _python_calls.clear()
     _recording_seen.clear()
 
 
-def test_repeated_metadata_relaunches_from_cpp_with_this_calls_pointers() -> None:
+def test_repeated_metadata_relaunches_from_cpp_with_this_calls_pointers(ops) -> None:
     before = launch_cache.stats()
-    x, y = torch.randn(64), torch.randn(64)
-    torch.testing.assert_close(ops.axpy(x, y, 0.5), x + 0.5 * y)
-    assert _calls == [("python",), (64, 1, 1)]
-    x2, y2 = torch.randn(64), torch.randn(64)
+    x, y = _randn(300), _randn(300)
+    torch.testing.assert_close(ops.axpy(x, y, 0.5).cpu(), (0.5 * x + y).cpu())
+    x2, y2 = _randn(300), _randn(300)
     out = ops.axpy(x2, y2, 0.5)
-    torch.testing.assert_close(out, x2 + 0.5 * y2)
-    assert _calls[2:] == [(64, 1, 1)]  # the host function, called from C++ with the grid
+    torch.testing.assert_close(out.cpu(), (0.5 * x2 + y2).cpu())
+    assert _python_calls == ["axpy"]  # the second call ran from C++
     assert out.data_ptr() not in (x.data_ptr(), x2.data_ptr())
     assert _delta(before) == {"relaunched": 1, "python": 1, "kept": 1, "unkeyed": 0}
 
 
-def test_other_metadata_runs_python_and_keeps_its_own_launch() -> None:
-    x, y = torch.randn(64), torch.randn(64)
+def test_other_metadata_runs_python_and_keeps_its_own_launch(ops) -> None:
+    x, y = _randn(64), _randn(64)
     ops.axpy(x, y, 0.5)
-    others = [lambda: (torch.randn(32), torch.randn(32), 0.5),        # sizes
-              lambda: (torch.randn(64), torch.randn(64), 2.0),        # a scalar argument
-              lambda: (torch.randn(65)[1:], torch.randn(64), 0.5),    # 4-byte aligned only
-              lambda: (torch.randn(2, 32), torch.randn(2, 32), 0.5)]  # dims
+    others = [lambda: (_randn(32), _randn(32), 0.5),        # sizes
+              lambda: (_randn(64), _randn(64), 2.0),        # a scalar argument
+              lambda: (_randn(65)[1:], _randn(64), 0.5),    # 4-byte aligned only
+              lambda: (_randn(2, 32), _randn(2, 32), 0.5)]  # dims
     for make in others:
         a, b, alpha = make()
-        torch.testing.assert_close(ops.axpy(a, b, alpha), a + alpha * b)
-    assert [c for c in _calls if c == ("python",)] == [("python",)] * 5
+        torch.testing.assert_close(ops.axpy(a, b, alpha).cpu(), (alpha * a + b).cpu())
+    assert _python_calls == ["axpy"] * 5
     before = launch_cache.stats()
     for make in others:
         a, b, alpha = make()
-        torch.testing.assert_close(ops.axpy(a, b, alpha), a + alpha * b)
+        torch.testing.assert_close(ops.axpy(a, b, alpha).cpu(), (alpha * a + b).cpu())
     assert _delta(before) == {"relaunched": 4, "python": 0, "kept": 0, "unkeyed": 0}
 
 
-def test_kernel_errors_reach_the_caller_and_are_not_kept() -> None:
+def test_kernel_errors_reach_the_caller_and_are_not_kept(ops) -> None:
     with pytest.raises(ValueError, match="axpy: contiguous float32"):
-        ops.axpy(torch.randn(4), torch.randn(5), 1.0)
+        ops.axpy(_randn(4), _randn(5), 1.0)
     before = launch_cache.stats()
     with pytest.raises(ValueError):
-        ops.axpy(torch.randn(4), torch.randn(5), 1.0)
+        ops.axpy(_randn(4), _randn(5), 1.0)
     assert _delta(before)["relaunched"] == 0
 
 
-def test_several_launches_are_kept_and_run_in_order() -> None:
+def test_several_launches_are_kept_and_run_in_order(ops) -> None:
     before = launch_cache.stats()
     for _ in range(3):
-        x, y = torch.randn(16), torch.randn(16)
-        torch.testing.assert_close(ops.two_launches(x, y, 0.5), x + y)  # the second reads the first's
+        x, y = _randn(300), _randn(300)
+        want = 0.5 * (0.5 * x + y) + y
+        torch.testing.assert_close(ops.two_launches(x, y, 0.5).cpu(), want.cpu())
     assert _delta(before) == {"relaunched": 2, "python": 1, "kept": 1, "unkeyed": 0}
-    assert _calls[-2:] == [(16, 1, 1), (16, 1, 1)]
 
 
 @pytest.mark.parametrize("op", ["temporary", "aliased", "padded", "zeroed"])
-def test_launches_a_kept_one_could_get_wrong_are_not_kept(op: str) -> None:
+def test_launches_a_kept_one_could_get_wrong_are_not_kept(ops, op: str) -> None:
     before = launch_cache.stats()
     for _ in range(3):
-        getattr(ops, op)(torch.randn(16), torch.randn(16), 1.0)
+        x, y = _randn(16), _randn(16)
+        want = 1.5 * x + y
+        torch.testing.assert_close(getattr(ops, op)(x, y, 1.5).cpu(), want.cpu())
     assert _delta(before) == {"relaunched": 0, "python": 3, "kept": 0, "unkeyed": 0}
 
 
-def test_a_kernel_running_another_cached_op_is_not_kept() -> None:
+def test_a_kernel_running_another_cached_op_is_not_kept(ops) -> None:
     """Its one recorded launch is not its whole device work (the inner op's launch, from
     Python or from C++, is not in it)."""
     before = launch_cache.stats()
     for _ in range(3):
-        x, y = torch.randn(16), torch.randn(16)
-        torch.testing.assert_close(ops.nested(x, y, 2.0), x + 4.0 * y)
+        x, y = _randn(16), _randn(16)
+        torch.testing.assert_close(ops.nested(x, y, 2.0).cpu(), (2.0 * (2.0 * x + y) + y).cpu())
     # the inner axpy: kept once, then relaunched; the outer op always through Python
     assert _delta(before) == {"relaunched": 2, "python": 4, "kept": 1, "unkeyed": 0}
 
 
-def test_an_empty_grid_is_not_launched() -> None:
-    ops.axpy(torch.randn(0), torch.randn(0), 1.0)
-    before, calls = launch_cache.stats(), len(_calls)
-    assert ops.axpy(torch.randn(0), torch.randn(0), 1.0).shape == (0,)
-    assert _delta(before)["relaunched"] == 1 and len(_calls) == calls
+def test_an_empty_grid_is_not_launched(ops) -> None:
+    ops.axpy(_randn(0), _randn(0), 1.0)
+    before = launch_cache.stats()
+    assert ops.axpy(_randn(0), _randn(0), 1.0).shape == (0,)
+    assert _delta(before)["relaunched"] == 1
 
 
-def test_arguments_of_kinds_not_keyed_always_run_python() -> None:
+def test_arguments_of_kinds_not_keyed_always_run_python(ops) -> None:
     before = launch_cache.stats()
     for _ in range(2):
-        x, y = torch.randn(8), torch.randn(8)
-        torch.testing.assert_close(ops.unkeyed_list(x, [y], 1.0), x + y)
+        x, y = _randn(8), _randn(8)
+        torch.testing.assert_close(ops.unkeyed_list(x, [y], 1.0).cpu(), (x + y).cpu())
     assert _delta(before) == {"relaunched": 0, "python": 2, "kept": 0, "unkeyed": 2}
 
 
-def test_disabled_and_clear_send_calls_through_python() -> None:
-    x, y = torch.randn(8), torch.randn(8)
+def test_disabled_and_clear_send_calls_through_python(ops) -> None:
+    x, y = _randn(8), _randn(8)
     ops.axpy(x, y, 1.0)
     before = launch_cache.stats()
     with launch_cache.disabled():
@@ -232,10 +199,10 @@ def test_disabled_and_clear_send_calls_through_python() -> None:
     assert _delta(before) == {"relaunched": 1, "python": 2, "kept": 1, "unkeyed": 0}
 
 
-def test_calls_that_cannot_be_kept_are_not_recorded() -> None:
+def test_calls_that_cannot_be_kept_are_not_recorded(ops) -> None:
     # Recording costs (kernels watched for device work, launches described): a call the
     # cache cannot key, or any call while it is disabled, runs its kernel unrecorded.
-    x, y = torch.randn(8), torch.randn(8)
+    x, y = _randn(8), _randn(8)
     ops.unkeyed_list(x, [y], 1.0)
     with launch_cache.disabled():
         ops.axpy(x, y, 1.0)
@@ -245,66 +212,16 @@ def test_calls_that_cannot_be_kept_are_not_recorded() -> None:
 
 def test_nothing_records_outside_a_launch_cached_op() -> None:
     assert not launch_cache.recording()
-    assert not launch_cache.record(_AXPY_ADDR, (1, 1, 1), 32, 0, [])
 
 
-def test_registering_twice_or_for_another_device_is_refused() -> None:
-    with pytest.raises(RuntimeError, match="registered for CPU already"):
-        launch_cache.register("flagos_test_launch_cache::axpy", "cpu", _axpy_kernel)
-    with pytest.raises(ValueError, match="'xpu' is not one of flagos, cuda, cpu"):
-        launch_cache.register("flagos_test_launch_cache::unkeyed", "xpu", _axpy_kernel)
+def test_a_calls_launches_are_made_on_the_flagos_device_its_tensors_are_on() -> None:
+    assert launch_cache.hal_device_for(torch.device("flagos", 0)) == 0
+    # the sim's twin is the CPU, which has no streams to order a HAL launch with
+    assert launch_cache.hal_device_for(torch.device("cpu")) is None
 
 
-class _Metadata:
-    num_warps, shared, num_ctas = 4, 1024, 1
-    launch_cooperative_grid = launch_pdl = False
-    global_scratch_size = profile_scratch_size = 0
-
-
-class _Compiled:
-    """What Triton's kernel[grid](...) returns, as much as record_triton reads."""
-
-    function = 0xBEEF
-
-    def __init__(self, signature: dict, **metadata) -> None:
-        self.src = type("Src", (), {"signature": signature})()
-        self.metadata = _Metadata()
-        for k, v in metadata.items():
-            setattr(self.metadata, k, v)
-
-
-def test_triton_launches_are_recorded_as_its_cuda_launcher_passes_them(monkeypatch) -> None:
-    """Constexprs left out, pointers as data pointers, scalars at their C size (floats
-    as their bits), then the launcher's two scratch pointers."""
-    pytest.importorskip("triton")
-    got: list = []
-    monkeypatch.setattr(launch_cache, "recording", lambda: True)
-    monkeypatch.setattr(launch_cache, "record", lambda *a: got.append(a) or True)
-    monkeypatch.setattr(launch_cache, "_triton_version", lambda: (3, 6))
-    x = torch.zeros(4)
-    sig = {"x": "*bf16", "n": "i32", "big": "i64", "BLOCK": "constexpr", "f": "fp32",
-           "neg": "i32"}
-    compiled = _Compiled(sig)
-    assert launch_cache.record_triton(compiled, (7, 2), [x, 5, 1 << 40, 64, 0.5, -1])
-    function, grid, threads, shared, params, keepalive = got[0]
-    assert (function, grid, threads, shared) == (0xBEEF, [7, 2, 1], 128, 1024)
-    assert keepalive is compiled  # owns the function's module
-    assert params == [(True, 8, x.data_ptr()), (False, 4, 5), (False, 8, 1 << 40),
-                      (False, 4, 0x3F000000), (False, 4, 0xFFFFFFFF), (False, 8, 0),
-                      (False, 8, 0)]
-
-
-@pytest.mark.parametrize("why", ["cluster", "scratch", "descriptor", "version", "hook",
-                                 "overflow"])
-def test_triton_launches_a_kept_launch_cannot_repeat_are_not_recorded(monkeypatch, why) -> None:
-    triton = pytest.importorskip("triton")
-    monkeypatch.setattr(launch_cache, "recording", lambda: True)
-    monkeypatch.setattr(launch_cache, "record", lambda *a: pytest.fail("recorded"))
-    monkeypatch.setattr(launch_cache, "_triton_version",
-                        lambda: (3, 99) if why == "version" else (3, 6))
-    sig = {"x": ("*fp32", "i32") if why == "descriptor" else "*fp32", "f": "fp32"}
-    meta = {"cluster": {"num_ctas": 2}, "scratch": {"global_scratch_size": 128}}.get(why, {})
-    if why == "hook":
-        monkeypatch.setattr(triton.knobs.runtime, "launch_enter_hook", lambda *a: None)
-    f = 1e300 if why == "overflow" else 1.0  # beyond float32: Triton's C cast, not mirrored
-    assert not launch_cache.record_triton(_Compiled(sig, **meta), (1, 1), [torch.zeros(1), f])
+def test_registering_twice_or_for_another_device_is_refused(ops) -> None:
+    with pytest.raises(RuntimeError, match="registered for PrivateUse1 already"):
+        launch_cache.register("flagos_test_launch_cache::axpy", "flagos", lambda *a: None)
+    with pytest.raises(ValueError, match="'cpu' is not one of flagos, cuda"):
+        launch_cache.register("flagos_test_launch_cache::zeroed", "cpu", lambda *a: None)

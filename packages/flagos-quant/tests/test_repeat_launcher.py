@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
 import torch
 from flagos_quant.triton_linear import _RepeatLauncher
 
@@ -34,7 +35,13 @@ class _Jit:
         return launch
 
 
-def _launcher(log: list, hook=None) -> _RepeatLauncher:
+class _JitWithWarmup(_Jit):
+    def warmup(self, grid, **kwargs):
+        self.log.append(("warmup", grid, kwargs))
+        return _Compiled(self.log)
+
+
+def _launcher(log: list, hook=None, jit=_Jit) -> _RepeatLauncher:
     # Triton's own knobs' types: its hooks are chains, empty when nothing is registered
     from triton.knobs import HookChain
 
@@ -48,7 +55,7 @@ def _launcher(log: list, hook=None) -> _RepeatLauncher:
                               compilation=SimpleNamespace(instrumentation_mode="")),
         runtime=SimpleNamespace(driver=SimpleNamespace(active=SimpleNamespace(
             get_current_device=lambda: 0, get_current_stream=lambda d: 1234))))
-    return _RepeatLauncher(_Jit(log), triton)
+    return _RepeatLauncher(jit(log), triton)
 
 
 def _args(x: torch.Tensor, n: int = 64) -> dict:
@@ -125,20 +132,62 @@ def test_the_wrappers_pass_every_kernel_argument(monkeypatch) -> None:
         assert {"num_warps", "num_stages"} <= set(seen[name])
 
 
-def test_launches_are_recorded_for_the_launch_cache_in_signature_order(monkeypatch) -> None:
-    """Inside a launch-cached op (flagos.launch_cache) the first and the repeated launches
-    are recorded with the kernel's arguments in signature order; not with record=False."""
+def test_inside_a_launch_cached_op_launches_go_through_the_hal(monkeypatch) -> None:
+    """Inside a launch-cached op (flagos.launch_cache) on a twin, the compiled kernel is
+    launched through the HAL, which records it, with the kernel's arguments in signature
+    order, also at the first call of a key (compiled by Triton's warmup, not launched);
+    with record=False the launch is Triton's."""
+    import flagos.triton_driver
     from flagos import launch_cache
 
-    recorded: list = []
+    through_hal: list = []
+
+    class _HalCompiled:
+        def __init__(self, compiled, device) -> None:
+            self.compiled, self.device = compiled, device
+
+        def launch(self, grid, args) -> None:
+            through_hal.append((type(self.compiled).__name__, self.device, grid, args))
+
     monkeypatch.setattr(launch_cache, "recording", lambda: True)
-    monkeypatch.setattr(launch_cache, "record_triton",
-                        lambda kernel, grid, args: recorded.append((kernel, grid, args)))
+    monkeypatch.setattr(launch_cache, "spoil_recording", lambda: pytest.fail("not kept"))
+    monkeypatch.setattr(launch_cache, "hal_device_for", lambda device: 3)
+    monkeypatch.setattr(flagos.triton_driver, "HalCompiled", _HalCompiled)
     log: list = []
-    launch = _launcher(log)
+    launch = _launcher(log, jit=_JitWithWarmup)
     x, y = torch.zeros(64), torch.ones(64)
     launch((2, 1), _args(x))
     launch((2, 1), _args(y))
+    assert [e[0] for e in log] == ["warmup"]  # compiled, never launched by Triton
+    assert through_hal == [("_Compiled", 3, (2, 1, 1), [x, 64, 32]),
+                           ("_Compiled", 3, (2, 1, 1), [y, 64, 32])]
     launch((2, 1), _args(y), record=False)
-    assert [type(r[0]).__name__ for r in recorded] == ["_Compiled", "_Compiled"]
-    assert recorded[1][1:] == ((2, 1, 1), [y, 64, 32])
+    assert [e[0] for e in log] == ["warmup", "run"] and len(through_hal) == 2
+
+
+def test_a_first_call_triton_can_only_launch_is_not_kept(monkeypatch) -> None:
+    from flagos import launch_cache
+
+    spoiled: list = []
+    monkeypatch.setattr(launch_cache, "recording", lambda: True)
+    monkeypatch.setattr(launch_cache, "spoil_recording", lambda: spoiled.append(True))
+    log: list = []
+    _launcher(log)((2, 1), _args(torch.zeros(64)))  # a Triton without warmup
+    assert [e[0] for e in log] == ["triton"] and spoiled == [True]
+
+
+def test_a_launch_the_hal_cannot_make_is_triton_s_and_not_kept(monkeypatch) -> None:
+    """Where no flagos device launches for the call's tensors (a twin stream other than
+    the flagos one, say) the launch goes through Triton and the call is not kept."""
+    from flagos import launch_cache
+
+    spoiled: list = []
+    monkeypatch.setattr(launch_cache, "recording", lambda: True)
+    monkeypatch.setattr(launch_cache, "spoil_recording", lambda: spoiled.append(True))
+    monkeypatch.setattr(launch_cache, "hal_device_for", lambda device: None)
+    log: list = []
+    launch = _launcher(log)
+    x = torch.zeros(64)
+    launch((2, 1), _args(x))
+    launch((2, 1), _args(x))
+    assert [e[0] for e in log] == ["triton", "run"] and spoiled == [True, True]

@@ -6,18 +6,20 @@ checks, the binding of each argument, the launch through Python), more than the 
 of a small kernel: a decode step at batch 1 is bound by it. :func:`register` puts a C++
 kernel in the op's place for one device type. It keys each call by its arguments'
 metadata (each tensor's dtype, device, sizes, strides and 16-byte alignment, every other
-argument's value); the first call of a key runs the Python kernel, which records the
-launches it makes (:func:`record_triton` or :func:`record`; through the HAL,
-:mod:`flagos.kernels` records them itself); later calls of the key allocate the results
-as recorded and launch the kernels in order from C++ on the current stream, with no
-Python.
+argument's value); the first call of a key runs the Python kernel, whose launches through
+the HAL (:mod:`flagos.kernels`, :mod:`flagos.triton_driver`) record themselves; later
+calls of the key allocate the results as recorded and launch the kernels in order from
+C++ through the HAL on the current stream, with no Python. An op registered for a twin
+(``"cuda"``, run on views of flagos memory) launches through the HAL too: a Triton kernel
+compiled by the twin's driver is loaded through the HAL for it
+(:class:`flagos.triton_driver.HalCompiled`).
 
 Registering an op states that its Python kernel's launches (grids, constants, which
 argument each pointer is) and its results' shapes depend on its arguments' metadata only,
 and that the launches are the kernel's whole device work; the code that launches records
 only calls where that holds, and a recorded call that runs an ATen op that computes (a
 fill, a copy, arithmetic: work a relaunch would not do) is not kept. Launches are kept only where every pointer they pass is the data pointer of
-exactly one argument or result, or, for launches through the HAL, points into exactly one
+exactly one argument or result, or, on flagos tensors, points into exactly one
 block of flagos memory the kernel allocated that is not a result (a temporary, allocated
 again at each relaunch), and the results are fresh tensors; at most 16 launches a call.
 
@@ -31,11 +33,15 @@ from __future__ import annotations
 import contextlib
 import struct
 from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from flagos import _C
 
-__all__ = ["clear", "disabled", "pack_params", "param_kinds", "record", "record_triton", "recording", "register",
-           "stats", "triton_hook_set", "watched"]
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["clear", "disabled", "hal_device_for", "pack_params", "param_kinds", "recording", "register",
+           "spoil_recording", "stats", "triton_hook_set", "watched"]
 
 # Triton's scalar parameter types (the compiled kernel's signature) as C sizes
 _INT_BYTES = {"i1": 1, "i8": 1, "i16": 2, "i32": 4, "i64": 8, "u1": 1, "u8": 1, "u16": 2,
@@ -45,20 +51,17 @@ _FLOAT_FORMATS = {"fp16": ("<e", "<H", 2), "fp32": ("<f", "<I", 4), "f32": ("<f"
 # Each mirrored type's parameter kind for flagos._C._TypedLauncher (typed_launch.cpp)
 _KINDS = {**{ty: str(n) for ty, n in _INT_BYTES.items()}, "fp16": "h", "bf16": "b", "fp32": "f",
           "f32": "f", "fp64": "d", "constexpr": "c"}
-# The Triton releases whose CUDA launcher passes, after the kernel's own parameters, the
-# global and the profile scratch pointers (triton/backends/nvidia/driver.py)
-_TRITON_SCRATCH_PARAMS = {(3, 5): 2, (3, 6): 2}
-
-
-_DISPATCH_KEYS = {"flagos": "PrivateUse1", "cuda": "CUDA", "cpu": "CPU"}
+_DISPATCH_KEYS = {"flagos": "PrivateUse1", "cuda": "CUDA"}
 
 
 def register(op: str, device_type: str, kernel: Callable) -> None:
     """Put the launch-cached kernel in place of ``op`` ("ns::name[.overload]", defined
     already) for ``device_type``, ``kernel`` the op's Python kernel (called as a
-    ``torch.library`` kernel): "flagos", where the kernel runs on flagos tensors and
-    launches through the HAL (:mod:`flagos.kernels`, recorded by themselves); "cuda" or
-    "cpu", a twin device's, where it launches through the twin's API (:func:`record`)."""
+    ``torch.library`` kernel): "flagos", where the kernel runs on flagos tensors, or
+    "cuda", a twin's, where it runs on views of flagos memory; either way the launches it
+    makes through the HAL (:mod:`flagos.kernels`, :class:`flagos.triton_driver.HalCompiled`
+    on the flagos device :func:`hal_device_for` names) are recorded, and a launch made
+    otherwise must :func:`spoil_recording`."""
     key = _DISPATCH_KEYS.get(device_type)
     if key is None:
         raise ValueError(f"flagos launch cache: device type {device_type!r} is not one of "
@@ -103,53 +106,19 @@ def recording() -> bool:
     return _C._launch_cache_recording()
 
 
-def record(function: int, grid: Sequence[int], block_threads: int, shared_bytes: int,
-           params: Sequence[tuple[bool, int, int]], keepalive: object = None) -> bool:
-    """Record a launch the running Python kernel makes (one call per launch, in order):
-    ``function`` (a ``CUfunction``;
-    on "cpu" a ``void(const uint32_t grid[3], void** params)`` host function), the grid,
-    the threads of a block, the dynamic shared memory, and each parameter as
-    ``(is_pointer, bytes, bits)``. ``keepalive`` is held while the launch is kept (what
-    owns ``function``). False when nothing is recording."""
-    return _C._launch_cache_record(int(function), [int(g) for g in grid], int(block_threads),
-                                   int(shared_bytes), list(params), keepalive)
+def spoil_recording() -> None:
+    """The running launch-cached kernel does device work that is not a launch through the HAL
+    (a launch through a twin's own driver, say): this call's launches are not kept."""
+    _C._launch_cache_spoil_recording()
 
 
-def _triton_version() -> tuple[int, int]:
-    import triton
-
-    return tuple(int(x) for x in triton.__version__.split(".")[:2])
-
-
-def record_triton(compiled: object, grid: Sequence[int], args: Sequence[object]) -> bool:
-    """Record a launch of Triton's ``compiled`` kernel (what ``kernel[grid](...)`` returns)
-    with ``args``, every argument of the kernel in its signature's order as they were
-    passed. False, with nothing recorded, where the launch needs what a kept launch does
-    not do (clusters, cooperative or dependent launches, scratch memory, Triton launch
-    hooks), a parameter is of a type not mirrored, or this Triton's launcher is not
-    mirrored."""
-    if not recording():
-        return False
-    scratch = _TRITON_SCRATCH_PARAMS.get(_triton_version())
-    md = getattr(compiled, "metadata", None)
-    src = getattr(compiled, "src", None)
-    signature = getattr(src, "signature", None)
-    if scratch is None or md is None or not isinstance(signature, dict) \
-            or len(signature) != len(args):
-        return False
-    if getattr(md, "num_ctas", 1) != 1 or getattr(md, "launch_cooperative_grid", False) \
-            or getattr(md, "launch_pdl", False) or getattr(md, "global_scratch_size", 0) \
-            or getattr(md, "profile_scratch_size", 0) or _triton_hooked():
-        return False
-    try:
-        params = pack_params(signature.values(), args)
-    except (TypeError, ValueError, OverflowError, struct.error):  # not mirrored: not kept
-        return False
-    if params is None:
-        return False
-    params += [(False, 8, 0)] * scratch
-    g = [int(x) for x in grid] + [1] * (3 - len(grid))
-    return record(compiled.function, g, 32 * md.num_warps, md.shared, params, compiled)
+def hal_device_for(device: torch.device) -> int | None:
+    """The flagos device whose HAL launches a launch-cached op's call on ``device`` makes
+    now so that they can be kept: flagos:N itself, or the flagos device whose twin
+    ``device`` is while the twin's current stream is that device's current stream (the
+    launch then is ordered as the twin's own would be); None where there is none."""
+    index = _C._launch_cache_hal_device_for(str(device))
+    return None if index < 0 else index
 
 
 def pack_params(types: Sequence[object], args: Sequence[object]
@@ -209,13 +178,6 @@ def triton_hook_set(hook: object) -> bool:
         return False
     calls = getattr(hook, "calls", None)
     return bool(calls) if isinstance(calls, list) else True
-
-
-def _triton_hooked() -> bool:
-    import triton
-
-    runtime = triton.knobs.runtime
-    return triton_hook_set(runtime.launch_enter_hook) or triton_hook_set(runtime.launch_exit_hook)
 
 
 def stats() -> dict[str, int]:

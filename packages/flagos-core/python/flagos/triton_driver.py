@@ -34,7 +34,7 @@ import torch
 
 from flagos import _C, kernels, launch_cache, triton_tensor_descriptors
 
-__all__ = ["HalDriver", "activate", "active", "binary_format", "deactivate", "target"]
+__all__ = ["HalCompiled", "HalDriver", "activate", "active", "binary_format", "deactivate", "target"]
 
 # Dynamic shared memory a launch gets without function_set_shared_memory (the HAL ABI's).
 _DEFAULT_SHARED = 48 * 1024
@@ -185,6 +185,39 @@ class HalLauncher:
                           stream_id=stream if isinstance(stream, int) else None, keepalive=module)
         if exit_hook is not None and launch_metadata is not None:
             exit_hook(launch_metadata)
+
+
+class HalCompiled:
+    """A kernel Triton compiled through another of its drivers (a twin's: CUDA, for an op run
+    on ``torch.cuda`` views of flagos memory), loaded on flagos:``device`` through its HAL,
+    so that its launches go through the HAL on the current flagos stream and a launch-cached
+    op records them (:mod:`flagos.launch_cache`). RuntimeError or NotImplementedError where
+    the HAL loads none of the binaries Triton made, or the kernel is one the HAL launcher
+    does not take."""
+
+    def __init__(self, compiled: object, device: int) -> None:
+        md = compiled.metadata
+        asm = getattr(compiled, "asm", None) or {}
+        fmt = binary_format(device)
+        if fmt not in asm:
+            raise RuntimeError(f"flagos: Triton made no {fmt} binary of {md.name}, which the HAL "
+                               f"of flagos:{device} loads")
+        self.utils = HalUtils()
+        _, self.function, *_ = self.utils.load_binary(md.name, asm[fmt], md.shared, device)
+        self.launcher = type("FlagosHalLauncher", (HalLauncher,), {"utils": self.utils})(
+            compiled.src, md)
+        self.device = device
+
+    def launch(self, grid: tuple[int, int, int], args: list[object]) -> None:
+        """Launch on the current stream of flagos:``device``, ``args`` every argument of the
+        kernel in its signature's order (as Triton's launcher takes them)."""
+        if _C._current_device() == self.device:
+            self.launcher(grid[0], grid[1], grid[2], None, self.function, None, None, None,
+                          None, *args)
+            return
+        with torch.flagos.device(self.device):
+            self.launcher(grid[0], grid[1], grid[2], None, self.function, None, None, None,
+                          None, *args)
 
 
 def _driver_base() -> type:

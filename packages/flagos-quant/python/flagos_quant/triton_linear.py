@@ -114,6 +114,9 @@ class _RepeatLauncher:
         # its active driver is made on first use (it needs a GPU): read at each launch
         self.drivers = getattr(getattr(triton, "runtime", None), "driver", None)
         self.compiled: dict[tuple, object] = {}
+        # compiled kernels loaded through a flagos device's HAL, by key and device (None:
+        # not loadable there)
+        self.on_hal: dict[tuple, object] = {}
         from flagos.triton_driver import HalDriver
 
         self.hal_driver = HalDriver
@@ -133,11 +136,21 @@ class _RepeatLauncher:
         return tuple(key)
 
     def __call__(self, grid: tuple[int, int], args: dict, record: bool = True) -> None:
-        """Launch; with ``record``, also record the launch for flagos' launch cache where
-        one of its ops is running this (``flagos.launch_cache``: later calls of the op with
-        the same argument metadata repeat it from C++)."""
+        """Launch; with ``record``, so that flagos' launch cache keeps the launch where one
+        of its ops is running this (``flagos.launch_cache``: later calls of the op with the
+        same argument metadata repeat it from C++). Through flagos' HAL driver (no twin)
+        the launch records itself. Through a twin's driver a compiled kernel is launched
+        through the HAL instead (``flagos.triton_driver.HalCompiled``), which records it;
+        a kernel's first call compiles it without launching (Triton's ``warmup``) to launch
+        it so. Where the HAL cannot launch it (a HAL that loads none of Triton's binaries, a
+        twin stream that is not the flagos one), Triton does and the call is not kept."""
+        # (a recording is open only inside a launch-cached op's call on a device, where
+        # Triton has an active driver to ask for)
+        recorded = record and launch_cache.recording() and not self._launches_record_themselves()
         if not self.usable or _hooked(self.knobs.launch_enter_hook) \
                 or _hooked(self.knobs.launch_exit_hook):
+            if recorded:
+                launch_cache.spoil_recording()
             self.jit_fn[grid](**args)
             return
         driver = self.drivers.active
@@ -146,16 +159,48 @@ class _RepeatLauncher:
         kernel = self.compiled.get(key)
         values = [args[n] for n in self.names]
         if kernel is None:
-            kernel = self.jit_fn[grid](**args)
-            kernel = self.compiled[key] = kernel.result() if hasattr(kernel, "result") \
-                else kernel
-        else:
-            kernel.run(grid[0], grid[1], 1, driver.get_current_stream(device),
-                       kernel.function, kernel.packed_metadata, None, None, None, *values)
-        # Through flagos' HAL driver (no twin) the launch records itself; through a twin's
-        # driver it is recorded here.
-        if record and launch_cache.recording() and not isinstance(driver, self.hal_driver):
-            launch_cache.record_triton(kernel, (grid[0], grid[1], 1), values)
+            if recorded and hasattr(self.jit_fn, "warmup"):
+                # compiled without a launch: launched through the HAL below, and kept
+                kernel = self.jit_fn.warmup(grid=grid, **args)
+            else:
+                if recorded:
+                    launch_cache.spoil_recording()
+                kernel = self.jit_fn[grid](**args)
+                self.compiled[key] = kernel.result() if hasattr(kernel, "result") else kernel
+                return
+            kernel = self.compiled[key] = kernel.result() if hasattr(kernel, "result") else kernel
+        if recorded:
+            hal = self._on_hal(key, kernel, values)
+            if hal is not None:
+                hal.launch((grid[0], grid[1], 1), values)
+                return
+            launch_cache.spoil_recording()
+        kernel.run(grid[0], grid[1], 1, driver.get_current_stream(device),
+                   kernel.function, kernel.packed_metadata, None, None, None, *values)
+
+    def _launches_record_themselves(self) -> bool:
+        """Whether Triton launches through flagos' HAL driver (no twin): those record
+        themselves."""
+        return self.drivers is not None and isinstance(self.drivers.active, self.hal_driver)
+
+    def _on_hal(self, key: tuple, kernel: object, values: list) -> object:
+        """The compiled ``kernel`` loaded through the HAL of the flagos device whose launches
+        the running launch-cached call keeps (``flagos.launch_cache.hal_device_for`` of its
+        first tensor's device), or None."""
+        tensor = next((v for v in values if isinstance(v, torch.Tensor)), None)
+        device = None if tensor is None else launch_cache.hal_device_for(tensor.device)
+        if device is None:
+            return None
+        hal = self.on_hal.get((key, device), False)
+        if hal is False:
+            from flagos.triton_driver import HalCompiled
+
+            try:
+                hal = HalCompiled(kernel, device)
+            except (RuntimeError, NotImplementedError, AttributeError):
+                hal = None  # this call, and later ones of the key, not kept
+            self.on_hal[(key, device)] = hal
+        return hal
 
 
 class _Family(NamedTuple):

@@ -15,9 +15,10 @@
 #include <shared_mutex>
 #include <unordered_map>
 
-#include "engines/launch/twin_launchers.h"
 #include "runtime/allocator.h"
+#include "runtime/hal.h"
 #include "runtime/stream.h"
+#include "runtime/twin.h"
 
 namespace flagos {
 namespace {
@@ -117,9 +118,7 @@ struct Param {
 
 // One kernel launch of a kept call.
 struct KernelRun {
-  bool hal = false;   // launched through the HAL (hal_kernel), else on the twin (kernel)
   KernelLaunch hal_kernel;
-  CompiledLaunch kernel;
   PyObjectRef keepalive;
   std::vector<Param> params;
 };
@@ -132,12 +131,10 @@ struct Launch {
   std::vector<KernelRun> runs;
 };
 
-// What record_launch and record_hal_launch were given, resolved into a Launch once the
-// Python kernel returns, and the device memory the kernel allocated meanwhile.
+// What record_hal_launch was given, resolved into a Launch once the Python kernel returns,
+// and the device memory the kernel allocated meanwhile.
 struct RecordedLaunch {
-  bool hal = false;
   KernelLaunch hal_kernel;
-  CompiledLaunch kernel;
   PyObjectRef keepalive;
   std::vector<LaunchParam> params;
 };
@@ -187,6 +184,21 @@ std::atomic<bool> enabled{[] {
 }()};
 std::atomic<int64_t> n_relaunched{0}, n_python{0}, n_kept{0}, n_unkeyed{0};
 
+// Whether a kernel loaded on flagos:`hal_device` may run now for a call whose results are on
+// `device`: flagos:`hal_device` itself, or its twin (an op registered for the twin's key,
+// run on twin views of flagos memory) while the twin's current stream is the flagos
+// device's current one (c10 names an external stream by its native handle, as
+// TwinStreamGuard makes it current), so that the launch is ordered as the twin's own.
+bool launchable_for(c10::Device device, c10::DeviceIndex hal_device) {
+  if (device.type() == c10::DeviceType::PrivateUse1) return device.index() == hal_device;
+  auto twin = device_twin(hal_device);
+  if (!twin || *twin != device) return false;
+  const auto* flagos_impl = c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1);
+  auto handle = reinterpret_cast<intptr_t>(flagos_impl->getStreamNativeHandle(current_stream(hal_device)));
+  return c10::impl::getDeviceGuardImpl(device.type())->getStream(device).id() ==
+         static_cast<c10::StreamId>(handle);
+}
+
 // The recorded launches' parameters resolved against one call: argument, result and
 // temporary pointers.
 std::optional<Launch> resolve(const Recorded& rec, const std::vector<c10::IValue>& args,
@@ -210,10 +222,12 @@ std::optional<Launch> resolve(const Recorded& rec, const std::vector<c10::IValue
   }
   if (results.empty()) return std::nullopt;
   l.device = results.front().device();
-  // Temporaries: what the kernel allocated on the device that is no result. Only through
-  // the HAL, where all of a kernel's device memory comes from the flagos allocator.
+  // Temporaries: what the kernel allocated on the device that is no result. Only on flagos
+  // tensors, where all of a kernel's device memory comes from the flagos allocator.
+  const bool on_flagos = l.device.type() == c10::DeviceType::PrivateUse1;
   std::vector<std::pair<uintptr_t, size_t>> temporaries;
   for (const auto& block : rec.allocations.blocks) {
+    if (!on_flagos) break;
     bool result = false;
     for (const auto& r : results)
       result = result || reinterpret_cast<uintptr_t>(r.storage().data()) == block.ptr;
@@ -223,20 +237,10 @@ std::optional<Launch> resolve(const Recorded& rec, const std::vector<c10::IValue
   std::vector<int64_t> temporary_index(temporaries.size(), -1);
   for (const RecordedLaunch& rl : rec.launches) {
     KernelRun run;
-    run.hal = rl.hal;
     run.hal_kernel = rl.hal_kernel;
-    run.kernel = rl.kernel;
     run.keepalive = rl.keepalive;
-    // the function belongs to the context of the device current at the launch (a Python
-    // kernel runs without a device guard): keep it only where that is the results' device
-    if (rl.hal) {
-      // a HAL kernel belongs to the device its module was loaded on
-      if (l.device.type() != c10::DeviceType::PrivateUse1 || l.device.index() != rl.hal_kernel.device)
-        return std::nullopt;
-    } else {
-      const auto* impl = c10::impl::getDeviceGuardImpl(l.device.type());
-      if (!l.device.is_cpu() && impl->getDevice() != l.device) return std::nullopt;
-    }
+    // a HAL kernel belongs to the device its module was loaded on
+    if (!launchable_for(l.device, rl.hal_kernel.device)) return std::nullopt;
     for (const LaunchParam& p : rl.params) {
       if (p.descriptor && p.bits == 0) return std::nullopt;
       if (!p.pointer || p.bits == 0) {
@@ -254,7 +258,7 @@ std::optional<Launch> resolve(const Recorded& rec, const std::vector<c10::IValue
       for (size_t i = 0; i < args.size(); ++i)
         if (args[i].isTensor()) match(args[i].toTensor(), Param::kArgPointer, uint32_t(i));
       for (size_t i = 0; i < results.size(); ++i) match(results[i], Param::kResultPointer, uint32_t(i));
-      if (matches == 0 && rl.hal) {
+      if (matches == 0 && on_flagos) {
         // inside one temporary (not two: a block freed and taken again within the call)
         for (size_t t = 0; t < temporaries.size(); ++t) {
           auto [ptr, bytes] = temporaries[t];
@@ -286,7 +290,7 @@ enum class Relaunch { kDone, kNotNow, kFailed };
 // never written).
 Relaunch relaunch(const Launch& l, torch::jit::Stack* stack, size_t num_args, std::string& error) {
   for (const KernelRun& run : l.runs)
-    if ((!run.hal && !twin_can_launch(l.device)) || run.params.size() > kMaxParams)
+    if (!launchable_for(l.device, run.hal_kernel.device) || run.params.size() > kMaxParams)
       return Relaunch::kNotNow;
   c10::DeviceGuard guard(l.device);
   std::vector<at::Tensor> results;
@@ -341,14 +345,9 @@ Relaunch relaunch(const Launch& l, torch::jit::Stack* stack, size_t num_args, st
         ptrs[i] = bytes.bytes;
       }
     }
-    if (run.hal) {
-      if (launch_kernel(run.hal_kernel, current_stream(run.hal_kernel.device), ptrs, sizes,
-                        static_cast<int>(run.params.size()), &error) != FLAGOS_SUCCESS)
-        return Relaunch::kFailed;
-    } else {
-      error = twin_launch(run.kernel, l.device, ptrs);
-      if (!error.empty()) return Relaunch::kFailed;
-    }
+    if (launch_kernel(run.hal_kernel, current_stream(run.hal_kernel.device), ptrs, sizes,
+                      static_cast<int>(run.params.size()), &error) != FLAGOS_SUCCESS)
+      return Relaunch::kFailed;
   }
   torch::jit::drop(*stack, num_args);
   for (auto& r : results) stack->emplace_back(std::move(r));
@@ -489,10 +488,9 @@ void register_launch_cached_op(const std::string& op, const std::string& dispatc
   std::string name = op.substr(0, dot), overload = dot == std::string::npos ? "" : op.substr(dot + 1);
   auto handle = c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), overload.c_str());
   c10::DispatchKey key = c10::parseDispatchKey(dispatch_key);
-  TORCH_CHECK(key == c10::DispatchKey::PrivateUse1 || key == c10::DispatchKey::CUDA ||
-                  key == c10::DispatchKey::CPU,
+  TORCH_CHECK(key == c10::DispatchKey::PrivateUse1 || key == c10::DispatchKey::CUDA,
               "flagos launch cache: launches on ", dispatch_key,
-              " are not supported (PrivateUse1, CUDA, CPU)");
+              " are not supported (PrivateUse1, or CUDA: a twin with streams)");
   std::lock_guard<std::mutex> lock(registry_mutex);
   for (auto& e : registry())
     TORCH_CHECK(!(e->op == handle && e->key == key), "flagos launch cache: ", op,
@@ -505,25 +503,6 @@ void register_launch_cached_op(const std::string& op, const std::string& dispatc
                        torch::CppFunction::makeFromBoxedFunctor(std::make_unique<CachedKernel>(entry)));
 }
 
-bool record_launch(uintptr_t function, const std::vector<uint32_t>& grid, uint32_t block_threads,
-                   uint32_t shared_bytes, std::vector<LaunchParam> params,
-                   const PyObjectRef& keepalive) {
-  Recorded* rec = recording;
-  if (!rec) return false;
-  if (rec->launches.size() >= kMaxLaunches || grid.size() != 3 || params.size() > kMaxParams) {
-    rec->valid = false;
-    return true;
-  }
-  RecordedLaunch& l = rec->launches.emplace_back();
-  l.kernel.function = function;
-  std::copy(grid.begin(), grid.end(), l.kernel.grid);
-  l.kernel.block_threads = block_threads;
-  l.kernel.shared_bytes = shared_bytes;
-  l.params = std::move(params);
-  l.keepalive = keepalive;
-  return true;
-}
-
 bool record_hal_launch(const KernelLaunch& launch, std::vector<LaunchParam> params,
                        const PyObjectRef& keepalive, bool on_current_stream) {
   Recorded* rec = recording;
@@ -533,7 +512,6 @@ bool record_hal_launch(const KernelLaunch& launch, std::vector<LaunchParam> para
     return true;
   }
   RecordedLaunch& l = rec->launches.emplace_back();
-  l.hal = true;
   l.hal_kernel = launch;
   l.params = std::move(params);
   l.keepalive = keepalive;
@@ -541,6 +519,13 @@ bool record_hal_launch(const KernelLaunch& launch, std::vector<LaunchParam> para
 }
 
 bool launch_recording() { return recording != nullptr; }
+
+c10::DeviceIndex hal_device_for(c10::Device device) {
+  if (device.type() == c10::DeviceType::PrivateUse1) return device.index();
+  for (c10::DeviceIndex i = 0; i < device_count(); ++i)
+    if (launchable_for(device, i)) return i;
+  return -1;
+}
 
 void spoil_launch_recording() {
   if (recording) recording->valid = false;

@@ -3,15 +3,16 @@
 // later calls with the same argument metadata, without Python.
 //
 // An op is registered for one dispatch key with its Python kernel: PrivateUse1, where the
-// kernel runs on flagos tensors and launches through the HAL's kernel extension
-// (hal_kernels.h, record_hal_launch), or a twin device's (CUDA; CPU in the tests), where
-// it runs on twin tensors and launches through the twin's API (twin_launchers.h,
-// record_launch). The boxed C++ kernel put in its place keys each call by its
+// kernel runs on flagos tensors, or a twin device's (CUDA), where it runs on twin views of
+// flagos memory; either way its launches go through the HAL's kernel extension
+// (hal_kernels.h, record_hal_launch), on the current flagos stream, which on the twin is
+// its current stream too (a launch while it is another is not kept, and a kept one is not
+// relaunched then). The boxed C++ kernel put in its place keys each call by its
 // arguments' metadata: each tensor's dtype, device, sizes, strides and 16-byte alignment,
 // every other argument's value (calls with other argument kinds always run the Python
 // kernel). A key seen before with recorded launches is relaunched: results allocated as
 // recorded (at::empty_strided, so that the twin's result scopes serve them), temporaries
-// from the flagos allocator, then the kernels launched in order on the current stream with
+// from the flagos allocator (flagos tensors only), then the kernels launched in order on the current stream with
 // the recorded grids, blocks, shared memory and parameters, each a constant, the data
 // pointer of an argument or result, or a pointer into a temporary. Otherwise the Python
 // kernel runs while a recording is open on the thread (and the flagos allocator logs the
@@ -42,7 +43,7 @@
 namespace flagos {
 
 // Puts the cached kernel in place of `op` ("ns::name" or "ns::name.overload", defined
-// already) for `dispatch_key` ("PrivateUse1", "CUDA" or "CPU"), `kernel` its Python kernel (called as
+// already) for `dispatch_key` ("PrivateUse1" or "CUDA"), `kernel` its Python kernel (called as
 // torch calls a torch.library kernel). Once per op and key.
 void register_launch_cached_op(const std::string& op, const std::string& dispatch_key,
                                const PyObjectRef& kernel);
@@ -81,14 +82,6 @@ struct LaunchParam {
   std::shared_ptr<const flagos_tensor_descriptor_info_t> descriptor = nullptr;
 };
 
-// Records a launch the running Python kernel makes (a CUfunction on CUDA, a host
-// function void(const uint32_t grid[3], void** params) on CPU); false when no recording is
-// open on this thread. `keepalive` is held as long as the launch is kept (the compiled
-// module owning `function`).
-bool record_launch(uintptr_t function, const std::vector<uint32_t>& grid, uint32_t block_threads,
-                   uint32_t shared_bytes, std::vector<LaunchParam> params,
-                   const PyObjectRef& keepalive);
-
 // Records a launch through the HAL the running Python kernel makes (`l`, a kernel of a
 // module loaded on flagos:l.device); false when no recording is open on this thread.
 // `keepalive` is held as long as the launch is kept (the module owning the kernel). A
@@ -103,6 +96,10 @@ std::vector<LaunchParam> launch_params(const std::vector<std::tuple<bool, int, u
 
 // Whether the running Python kernel is being recorded (on this thread).
 bool launch_recording();
+// The flagos device whose kernels a launch-cached op's call on `device` launches now, as
+// it would be kept: flagos:N itself, or the flagos device whose twin `device` is while the
+// twin's current stream is that device's current stream; -1 where none.
+c10::DeviceIndex hal_device_for(c10::Device device);
 // The running Python kernel did device work besides its recorded launches (an ATen op
 // that computes): its launches are not kept.
 void spoil_launch_recording();
