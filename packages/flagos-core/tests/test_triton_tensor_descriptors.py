@@ -43,6 +43,14 @@ def test_a_kernel_reads_a_tensor_through_its_descriptor(module):
                                    equal_nan=True)
 
 
+def test_a_by_value_parameter_larger_than_a_descriptor_is_refused(module):
+    k = module.kernel("tile_by_descriptor", ("bytes", "i32", "i32", "i64", "i64", "*fp32", "i64", "i64"))
+    out = torch.full((8, 8), -1.0, device="flagos")
+    with pytest.raises(RuntimeError, match="by value takes at most 512 bytes, got 513"):
+        k.launch((1,), (1,), bytes(513), 8, 8, 8, 1, out, 0, 0)
+    assert torch.equal(out.cpu(), torch.full((8, 8), -1.0))  # nothing launched
+
+
 def test_a_descriptor_the_device_cannot_make_is_refused_with_the_reason(module):
     x = torch.zeros(8, 8, device="flagos")
     with pytest.raises(RuntimeError, match="innermost stride is 2"):

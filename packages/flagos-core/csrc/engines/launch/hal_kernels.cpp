@@ -139,14 +139,15 @@ void launch_from_python(int device, uintptr_t function, const std::vector<uint32
   std::copy(grid.begin(), grid.end(), l.grid);
   std::copy(block.begin(), block.end(), l.block);
   l.shared_bytes = shared;
-  // By-value parameters in 64-byte aligned storage (a CUtensorMap's alignment).
-  struct alignas(64) Block64 { unsigned char bytes[64]; };
   std::vector<std::tuple<bool, int, uint64_t>> scalars;
   std::vector<std::pair<size_t, std::string>> by_value;  // (position, bytes)
   for (size_t i = 0; i < py_params.size(); ++i) {
     py::handle item = py_params[i];
     if (py::isinstance<py::bytes>(item)) {
       by_value.emplace_back(i, item.cast<std::string>());
+      TORCH_CHECK(by_value.back().second.size() <= kMaxTensorDescriptorBytes, "flagos: a kernel "
+                  "parameter passed by value takes at most ", kMaxTensorDescriptorBytes,
+                  " bytes, got ", by_value.back().second.size());
     } else {
       scalars.push_back(item.cast<std::tuple<bool, int, uint64_t>>());
     }
@@ -156,15 +157,16 @@ void launch_from_python(int device, uintptr_t function, const std::vector<uint32
   c10::Stream stream = stream_id ? make_stream(l.device, *stream_id) : current;
   size_t n = py_params.size();
   std::vector<uint64_t> values(params.size());
-  std::vector<std::vector<Block64>> blobs;
+  // by-value parameters (tensor descriptors) in aligned storage; reserved: never moved
+  std::vector<TensorDescriptorBytes> blobs;
+  blobs.reserve(by_value.size());
   std::vector<void*> ptrs(n);
   std::vector<size_t> sizes(n);
   for (size_t i = 0, s = 0, b = 0; i < n; ++i) {
     if (b < by_value.size() && by_value[b].first == i) {
       const std::string& bytes = by_value[b++].second;
-      blobs.emplace_back((bytes.size() + sizeof(Block64) - 1) / sizeof(Block64));
-      std::memcpy(blobs.back().data(), bytes.data(), bytes.size());
-      ptrs[i] = blobs.back().data();
+      std::memcpy(blobs.emplace_back().bytes, bytes.data(), bytes.size());
+      ptrs[i] = blobs.back().bytes;
       sizes[i] = bytes.size();
       continue;
     }
