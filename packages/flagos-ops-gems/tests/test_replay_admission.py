@@ -165,11 +165,12 @@ def test_checks_in_processes_report_their_verdicts_and_a_slow_one_is_stopped() -
 
     tasks = [
         ("aten::a", printing({"op": "aten::a", "admitted": True, "samples": 2,
-                              "relaunched": 3, "reason": ""})),
-        ("aten::b", [sys.executable, "-c", "import time; time.sleep(60)"]),
+                              "relaunched": 3, "reason": ""}), None),
+        ("aten::b", [sys.executable, "-c", "import time; time.sleep(60)"], None),
         ("aten::a", printing({"op": "aten::a", "admitted": False, "samples": 0,
-                              "relaunched": 0, "reason": "no sample"})),
-        ("aten::c", [sys.executable, "-c", "import sys; sys.exit('segfaulted in the kernel')"]),
+                              "relaunched": 0, "reason": "no sample"}), None),
+        ("aten::c", [sys.executable, "-c", "import sys; sys.exit('segfaulted in the kernel')"],
+         None),
     ]
     got = dict(run_tasks(tasks, jobs=3, timeout=5))
     assert list(got) == ["aten::a", "aten::b", "aten::c"]
@@ -179,3 +180,20 @@ def test_checks_in_processes_report_their_verdicts_and_a_slow_one_is_stopped() -
     assert not slow.admitted and slow.reason.startswith("not finished in 5 s")
     (crashed,) = got["aten::c"]
     assert not crashed.admitted and "exited 1: segfaulted in the kernel" in crashed.reason
+
+
+def test_checks_beside_others_tune_on_copies_of_flaggems_caches(tmp_path, monkeypatch) -> None:
+    from flagos_ops_gems.replay_admission import _tuning_apart
+
+    kept = tmp_path / "kept"
+    (kept / "config_cache").mkdir(parents=True)
+    (kept / "config_cache" / "TunedConfig.db").write_bytes(b"tuned")
+    monkeypatch.setenv("FLAGGEMS_CACHE_DIR", str(kept))
+    monkeypatch.setenv("FLAGGEMS_DB_URL", f"sqlite:///{kept}/other.db")
+    env = _tuning_apart(tmp_path / "task-0")
+    assert env["FLAGGEMS_CACHE_DIR"] == str(tmp_path / "task-0")
+    assert "FLAGGEMS_DB_URL" not in env  # the database is the copy's
+    assert (tmp_path / "task-0" / "config_cache" / "TunedConfig.db").read_bytes() == b"tuned"
+    monkeypatch.setenv("FLAGGEMS_CACHE_DIR", str(tmp_path / "absent"))
+    assert _tuning_apart(tmp_path / "task-1")["FLAGGEMS_CACHE_DIR"] == str(tmp_path / "task-1")
+    assert (tmp_path / "task-1").is_dir()

@@ -22,7 +22,8 @@ op's verdict and with ``--write`` puts the admitted ops in ``replayable.toml``. 
 call of each new shape of an autotuned op compiles and times every configuration, which
 for a matrix product is minutes: ``--jobs N`` checks each (op, dtype) in its own process,
 N at a time, and ``--task-timeout S`` stops one that takes longer than S seconds (its op is
-not admitted, and the others go on).
+not admitted, and the others go on). Those processes tune on copies of FlagGems' caches:
+configs timed while they share the GPU are not kept. Triton's compiled kernels are.
 """
 
 from __future__ import annotations
@@ -32,8 +33,10 @@ import dataclasses
 import hashlib
 import inspect
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -135,13 +138,14 @@ def merge_verdicts(op: str, parts: Iterable[Verdict]) -> Verdict:
     return Verdict(op, True, samples, relaunched, "")
 
 
-def run_task(op: str, argv: list[str], timeout: float | None) -> Verdict:
-    """Run ``argv`` (a process printing one op's verdict as a JSON line last) and read the
-    verdict; a process that fails or takes longer than ``timeout`` seconds is the op's
-    failure, named."""
+def run_task(op: str, argv: list[str], timeout: float | None,
+             env: dict[str, str] | None = None) -> Verdict:
+    """Run ``argv`` (a process printing one op's verdict as a JSON line last; in ``env``
+    where given) and read the verdict; a process that fails or takes longer than
+    ``timeout`` seconds is the op's failure, named."""
     try:
         done = subprocess.run(argv, check=False, capture_output=True, text=True,
-                              timeout=timeout)
+                              timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         return Verdict(op, False, 0, 0, f"not finished in {timeout:g} s (its kernels compile "
                        "and tune on first use: rerun with the kernel caches kept, or a "
@@ -154,13 +158,14 @@ def run_task(op: str, argv: list[str], timeout: float | None) -> Verdict:
         return Verdict(op, False, 0, 0, f"its check exited {done.returncode}: {tail}"[:200])
 
 
-def run_tasks(tasks: list[tuple[str, list[str]]], jobs: int, timeout: float | None,
-              ) -> Iterator[tuple[str, list[Verdict]]]:
-    """Run ``tasks`` ((op, argv), an op's tasks next to each other), ``jobs`` at a time, and
-    yield each op with its parts' verdicts once all of them are in, in the tasks' order."""
+def run_tasks(tasks: list[tuple[str, list[str], dict[str, str] | None]], jobs: int,
+              timeout: float | None) -> Iterator[tuple[str, list[Verdict]]]:
+    """Run ``tasks`` ((op, argv, env), an op's tasks next to each other), ``jobs`` at a time,
+    and yield each op with its parts' verdicts once all of them are in, in the tasks'
+    order."""
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = [(op, pool.submit(run_task, op, argv, timeout)) for op, argv in tasks]
-        ops = list(dict.fromkeys(op for op, _ in tasks))
+        futures = [(op, pool.submit(run_task, op, argv, timeout, env)) for op, argv, env in tasks]
+        ops = list(dict.fromkeys(op for op, _, _ in tasks))
         for op in ops:
             yield op, [f.result() for o, f in futures if o == op]
 
@@ -350,10 +355,13 @@ def main(argv: list[str] | None = None) -> int:
     import flag_gems
 
     library = f"FlagGems {flag_gems.__version__}"
+    scratch = tempfile.TemporaryDirectory(prefix="flagos-admission-")
     if args.jobs > 1:
+        pairs = [(op, dtype) for op in ops for dtype in dtypes]
         tasks = [(op, [sys.executable, "-m", "flagos_ops_gems.replay_admission", "--ops", op,
                        "--dtypes", dtype, "--max-samples", str(args.max_samples),
-                       "--verdict-json"]) for op in ops for dtype in dtypes]
+                       "--verdict-json"], _tuning_apart(Path(scratch.name) / str(i)))
+                 for i, (op, dtype) in enumerate(pairs)]
         verdicts = ((op, merge_verdicts(op, parts)) for op, parts in
                     run_tasks(tasks, args.jobs, args.task_timeout or None))
     else:
@@ -367,11 +375,29 @@ def main(argv: list[str] | None = None) -> int:
             admitted[op] = source_digest(functions[op])
             if args.write:  # after each op: a check cut short keeps what it admitted
                 write_admitted(admitted, library, Path(args.write))
+    scratch.cleanup()
     print(f"{len(admitted)} of {len(ops)} ops admitted")
     if args.write:
         write_admitted(admitted, library, Path(args.write))
         print(f"wrote {args.write}")
     return 0
+
+
+def _tuning_apart(directory: Path) -> dict[str, str]:
+    """The environment of a check run beside others: FlagGems' caches (its tuned configs, its
+    generated code) copied into ``directory`` and used from there, so that configs timed
+    while other checks share the GPU are not kept for later runs, and no two processes
+    write one database."""
+    import os
+
+    source = Path(os.environ.get("FLAGGEMS_CACHE_DIR") or Path.home() / ".flaggems")
+    if source.is_dir():
+        shutil.copytree(source, directory)
+    else:
+        directory.mkdir(parents=True)
+    env = {k: v for k, v in os.environ.items() if k != "FLAGGEMS_DB_URL"}
+    env["FLAGGEMS_CACHE_DIR"] = str(directory)
+    return env
 
 
 def _writes_an_argument(op: str) -> bool:
