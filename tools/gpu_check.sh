@@ -253,14 +253,16 @@ print(flagos.routing.explain('aten::mm')); print(flagos.routing.stats())" 2>&1 |
     # The replay admission without a twin (flagos_ops_gems.replay_admission), for ADMIT_OPS
     # (default: a training step's ops, with ADMIT_SAMPLES OpInfo samples each: every new
     # shape of an autotuned op is compiled and tuned on first use, so each (op, dtype) is
-    # checked in its own process, ADMIT_JOBS at a time, each stopped after ADMIT_TIMEOUT s),
+    # checked in its own process, ADMIT_JOBS at a time, each stopped after ADMIT_TIMEOUT s,
+    # all after ADMIT_DEADLINE s),
     # written into the installed package, so that the steps after it replay them, and under
     # $OUT (copy it to packages/flagos-ops-gems/python/flagos_ops_gems/replayable.toml);
     # then the kernel caches it filled, as kernel-cache.txz.* (put them in .gpu-cache/).
     admit) step admit
       FLAGOS_HAL=cuda FLAGOS_NO_TWIN=1 python3 -m flagos_ops_gems.replay_admission \
              --ops "${ADMIT_OPS:-training-step}" --max-samples ${ADMIT_SAMPLES:-2} \
-             --jobs ${ADMIT_JOBS:-12} --task-timeout ${ADMIT_TIMEOUT:-240} --write 2>&1 \
+             --jobs ${ADMIT_JOBS:-12} --task-timeout ${ADMIT_TIMEOUT:-240} \
+             --deadline ${ADMIT_DEADLINE:-420} --write 2>&1 \
              | grep -v "Warning\|warnings.warn" | tee "$OUT/replay-admission.log" | tail -40
       cp "$(python3 -c 'import importlib.util as u; print(u.find_spec("flagos_ops_gems").submodule_search_locations[0])')/replayable.toml" \
          "$OUT/replayable.toml"

@@ -173,11 +173,12 @@ def test_checks_in_processes_report_their_verdicts_and_a_slow_one_is_stopped() -
          None),
     ]
     got = dict(run_tasks(tasks, jobs=3, timeout=5))
-    assert list(got) == ["aten::a", "aten::b", "aten::c"]
+    assert list(got)[-1] == "aten::b"  # the slow op's verdict holds back no other's
+    assert sorted(got) == ["aten::a", "aten::b", "aten::c"]
     assert got["aten::a"] == [Verdict("aten::a", True, 2, 3, ""),
                               Verdict("aten::a", False, 0, 0, "no sample")]
     (slow,) = got["aten::b"]
-    assert not slow.admitted and slow.reason.startswith("not finished in 5 s")
+    assert not slow.admitted and slow.reason.startswith("not finished in 5 s, its --task-timeout")
     (crashed,) = got["aten::c"]
     assert not crashed.admitted and "exited 1: segfaulted in the kernel" in crashed.reason
 
@@ -197,3 +198,18 @@ def test_checks_beside_others_tune_on_copies_of_flaggems_caches(tmp_path, monkey
     monkeypatch.setenv("FLAGGEMS_CACHE_DIR", str(tmp_path / "absent"))
     assert _tuning_apart(tmp_path / "task-1")["FLAGGEMS_CACHE_DIR"] == str(tmp_path / "task-1")
     assert (tmp_path / "task-1").is_dir()
+
+
+def test_checks_past_the_runs_deadline_are_stopped_or_not_started() -> None:
+    import sys
+    import time
+
+    from flagos_ops_gems.replay_admission import run_tasks
+
+    sleep = [sys.executable, "-c", "import time; time.sleep(60)"]
+    start = time.monotonic()
+    got = dict(run_tasks([("aten::a", sleep, None), ("aten::b", sleep, None)], jobs=1,
+                         timeout=None, deadline=start + 3))
+    assert time.monotonic() - start < 30
+    assert "its --deadline" in got["aten::a"][0].reason
+    assert got["aten::b"][0].reason == "not checked: the run's --deadline had passed"

@@ -22,7 +22,8 @@ op's verdict and with ``--write`` puts the admitted ops in ``replayable.toml``. 
 call of each new shape of an autotuned op compiles and times every configuration, which
 for a matrix product is minutes: ``--jobs N`` checks each (op, dtype) in its own process,
 N at a time, and ``--task-timeout S`` stops one that takes longer than S seconds (its op is
-not admitted, and the others go on). Those processes tune on copies of FlagGems' caches:
+not admitted, and the others go on), ``--deadline S`` stops them all S seconds after the
+start (what was admitted by then is written). Those processes tune on copies of FlagGems' caches:
 configs timed while they share the GPU are not kept. Triton's compiled kernels are.
 """
 
@@ -37,8 +38,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 import tomllib
@@ -139,17 +141,25 @@ def merge_verdicts(op: str, parts: Iterable[Verdict]) -> Verdict:
 
 
 def run_task(op: str, argv: list[str], timeout: float | None,
-             env: dict[str, str] | None = None) -> Verdict:
+             env: dict[str, str] | None = None, deadline: float | None = None) -> Verdict:
     """Run ``argv`` (a process printing one op's verdict as a JSON line last; in ``env``
-    where given) and read the verdict; a process that fails or takes longer than
-    ``timeout`` seconds is the op's failure, named."""
+    where given) and read the verdict; a process that fails, takes longer than ``timeout``
+    seconds or runs past ``deadline`` (a ``time.monotonic()`` value) is the op's failure,
+    named."""
+    limit, why = timeout, "--task-timeout"
+    if deadline is not None:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return Verdict(op, False, 0, 0, "not checked: the run's --deadline had passed")
+        if limit is None or left < limit:
+            limit, why = left, "--deadline"
     try:
         done = subprocess.run(argv, check=False, capture_output=True, text=True,
-                              timeout=timeout, env=env)
+                              timeout=limit, env=env)
     except subprocess.TimeoutExpired:
-        return Verdict(op, False, 0, 0, f"not finished in {timeout:g} s (its kernels compile "
-                       "and tune on first use: rerun with the kernel caches kept, or a "
-                       "longer --task-timeout)")
+        return Verdict(op, False, 0, 0, f"not finished in {limit:.0f} s, its {why} (its kernels "
+                       "compile and tune on first use: rerun with the kernel caches kept, or "
+                       "with more time)")
     lines = done.stdout.strip().splitlines()
     try:
         return Verdict(**json.loads(lines[-1]))
@@ -159,15 +169,22 @@ def run_task(op: str, argv: list[str], timeout: float | None,
 
 
 def run_tasks(tasks: list[tuple[str, list[str], dict[str, str] | None]], jobs: int,
-              timeout: float | None) -> Iterator[tuple[str, list[Verdict]]]:
-    """Run ``tasks`` ((op, argv, env), an op's tasks next to each other), ``jobs`` at a time,
-    and yield each op with its parts' verdicts once all of them are in, in the tasks'
-    order."""
+              timeout: float | None, deadline: float | None = None,
+              ) -> Iterator[tuple[str, list[Verdict]]]:
+    """Run ``tasks`` ((op, argv, env)), ``jobs`` at a time, each within ``timeout`` seconds
+    and all by ``deadline`` (a ``time.monotonic()`` value), and yield each op with its
+    parts' verdicts (in the tasks' order) as soon as all of them are in: an op whose checks
+    are slow holds back no other op's verdict."""
+    parts: dict[str, list] = {}
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = [(op, pool.submit(run_task, op, argv, timeout, env)) for op, argv, env in tasks]
-        ops = list(dict.fromkeys(op for op, _, _ in tasks))
-        for op in ops:
-            yield op, [f.result() for o, f in futures if o == op]
+        futures = {pool.submit(run_task, op, argv, timeout, env, deadline): op
+                   for op, argv, env in tasks}
+        for future, op in futures.items():
+            parts.setdefault(op, []).append(future)
+        for future in as_completed(futures):
+            op = futures[future]
+            if op in parts and all(f.done() for f in parts[op]):
+                yield op, [f.result() for f in parts.pop(op)]
 
 
 def _tensors(value: object) -> list:
@@ -318,6 +335,9 @@ def main(argv: list[str] | None = None) -> int:
                     "process, this many at a time (default 1: all in this process)")
     ap.add_argument("--task-timeout", type=float, default=0, help="with --jobs: stop a "
                     "check running longer than this many seconds; its op is not admitted")
+    ap.add_argument("--deadline", type=float, default=0, help="with --jobs: stop every check "
+                    "this many seconds after the start; the ops whose checks did not finish "
+                    "are not admitted, those admitted by then are written")
     ap.add_argument("--write", nargs="?", const=str(REPLAYABLE_FILE), default="",
                     metavar="PATH", help="write the admitted ops there (default: the "
                     f"installed package's {REPLAYABLE_FILE.name}; in a checkout, "
@@ -362,8 +382,9 @@ def main(argv: list[str] | None = None) -> int:
                        "--dtypes", dtype, "--max-samples", str(args.max_samples),
                        "--verdict-json"], _tuning_apart(Path(scratch.name) / str(i)))
                  for i, (op, dtype) in enumerate(pairs)]
+        deadline = time.monotonic() + args.deadline if args.deadline else None
         verdicts = ((op, merge_verdicts(op, parts)) for op, parts in
-                    run_tasks(tasks, args.jobs, args.task_timeout or None))
+                    run_tasks(tasks, args.jobs, args.task_timeout or None, deadline))
     else:
         verdicts = ((op, check(op)) for op in ops)
     admitted = {}
