@@ -71,6 +71,12 @@ def ops(sim_kernel_image):
         _python_calls.append("zeroed")
         return launch(x, y, torch.zeros_like(x), alpha)  # device work a relaunch would not do
 
+    def around_unkeyed(x, y, alpha):
+        _python_calls.append("around_unkeyed")
+        inner = torch.ops.flagos_test_launch_cache.unkeyed_list(x, [y], alpha)
+        _recording_seen.append(launch_cache.recording())  # its own, restored
+        return launch(inner, y, torch.empty_like(x), alpha)
+
     def unkeyed_list(x, ys, alpha):
         _python_calls.append("unkeyed_list")
         _recording_seen.append(launch_cache.recording())
@@ -78,7 +84,8 @@ def ops(sim_kernel_image):
 
     lib = torch.library.Library("flagos_test_launch_cache", "DEF")
     kernels_ = {"axpy": axpy_kernel, "two_launches": two_launches, "temporary": temporary,
-                "aliased": aliased, "nested": nested, "padded": padded, "zeroed": zeroed}
+                "aliased": aliased, "nested": nested, "padded": padded, "zeroed": zeroed,
+                "around_unkeyed": around_unkeyed}
     for name, fn in kernels_.items():
         lib.define(f"{name}(Tensor x, Tensor y, float alpha) -> Tensor")
         launch_cache.register(f"flagos_test_launch_cache::{name}", "flagos", fn)
@@ -170,6 +177,27 @@ def test_a_kernel_running_another_cached_op_is_not_kept(ops) -> None:
         torch.testing.assert_close(ops.nested(x, y, 2.0).cpu(), (2.0 * (2.0 * x + y) + y).cpu())
     # the inner axpy: kept once, then relaunched; the outer op always through Python
     assert _delta(before) == {"relaunched": 2, "python": 4, "kept": 1, "unkeyed": 0}
+
+
+def test_a_kernel_running_an_unkeyed_cached_op_keeps_recording_and_is_not_kept(ops) -> None:
+    before = launch_cache.stats()
+    for _ in range(2):
+        x, y = _randn(16), _randn(16)
+        torch.testing.assert_close(ops.around_unkeyed(x, y, 2.0).cpu(),
+                                   (2.0 * (2.0 * x + y) + y).cpu())
+    # the inner call ran unrecorded, the outer's recording was open again after it
+    assert _recording_seen == [False, True, False, True]
+    assert _delta(before) == {"relaunched": 0, "python": 4, "kept": 0, "unkeyed": 2}
+
+
+def test_a_kernel_of_another_device_than_the_calls_is_not_kept(ops, two_devices) -> None:
+    # the axpy module is loaded on flagos:0; a call on flagos:1 launches it there (sim memory
+    # is host memory) but a relaunch would run it on flagos:1's stream: not kept
+    before = launch_cache.stats()
+    for _ in range(2):
+        x, y = _randn(16).to("flagos:1"), _randn(16).to("flagos:1")
+        torch.testing.assert_close(ops.axpy(x, y, 0.5).cpu(), (0.5 * x + y).cpu())
+    assert _delta(before) == {"relaunched": 0, "python": 2, "kept": 0, "unkeyed": 0}
 
 
 def test_an_empty_grid_is_not_launched(ops) -> None:

@@ -151,7 +151,8 @@ def test_inside_a_launch_cached_op_launches_go_through_the_hal(monkeypatch) -> N
 
     monkeypatch.setattr(launch_cache, "recording", lambda: True)
     monkeypatch.setattr(launch_cache, "spoil_recording", lambda: pytest.fail("not kept"))
-    monkeypatch.setattr(launch_cache, "hal_device_for", lambda device: 3)
+    devices: list = []
+    monkeypatch.setattr(launch_cache, "hal_device_for", lambda device: devices.append(device) or 3)
     monkeypatch.setattr(flagos.triton_driver, "HalCompiled", _HalCompiled)
     log: list = []
     launch = _launcher(log, jit=_JitWithWarmup)
@@ -163,6 +164,31 @@ def test_inside_a_launch_cached_op_launches_go_through_the_hal(monkeypatch) -> N
                            ("_Compiled", 3, (2, 1, 1), [y, 64, 32])]
     launch((2, 1), _args(y), record=False)
     assert [e[0] for e in log] == ["warmup", "run"] and len(through_hal) == 2
+    assert devices == [x.device, y.device]  # the flagos device for the call's tensors
+
+
+def test_a_kernel_the_hal_fails_to_load_is_launched_by_triton_and_not_kept(monkeypatch) -> None:
+    import flagos.triton_driver
+    from flagos import launch_cache
+
+    spoiled: list = []
+    loads: list = []
+
+    def failing(compiled, device):
+        loads.append(device)
+        raise RuntimeError("flagos: the HAL of flagos:0 loads no cubin")
+
+    monkeypatch.setattr(launch_cache, "recording", lambda: True)
+    monkeypatch.setattr(launch_cache, "spoil_recording", lambda: spoiled.append(True))
+    monkeypatch.setattr(launch_cache, "hal_device_for", lambda device: 0)
+    monkeypatch.setattr(flagos.triton_driver, "HalCompiled", failing)
+    log: list = []
+    launch = _launcher(log, jit=_JitWithWarmup)
+    x = torch.zeros(64)
+    launch((2, 1), _args(x))
+    launch((2, 1), _args(x))
+    assert [e[0] for e in log] == ["warmup", "run", "run"] and spoiled == [True, True]
+    assert loads == [0, 0]  # a failed load is tried again at the next recorded call
 
 
 def test_a_first_call_triton_can_only_launch_is_not_kept(monkeypatch) -> None:

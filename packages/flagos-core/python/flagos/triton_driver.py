@@ -109,6 +109,7 @@ class HalLauncher:
     and launches it through the HAL on the current flagos stream."""
 
     utils: HalUtils | None = None  # set by HalDriver: where the modules are kept
+    device: int | None = None  # the flagos device launched on; None: the current one
 
     def __init__(self, src: object, metadata: object) -> None:
         constants = getattr(src, "constants", {}) or {}
@@ -147,7 +148,7 @@ class HalLauncher:
     def __call__(self, grid_x: int, grid_y: int, grid_z: int, stream: object, function: int,
                  packed_metadata: object, launch_metadata: object, enter_hook: object,
                  exit_hook: object, *args: object) -> None:
-        device = _C._current_device()
+        device = _C._current_device() if self.device is None else self.device
         module = self.utils.modules.get(function) if self.utils else None
         hooked = enter_hook is not None and launch_metadata is not None
         if self.typed is not None:
@@ -204,20 +205,17 @@ class HalCompiled:
                                f"of flagos:{device} loads")
         self.utils = HalUtils()
         _, self.function, *_ = self.utils.load_binary(md.name, asm[fmt], md.shared, device)
-        self.launcher = type("FlagosHalLauncher", (HalLauncher,), {"utils": self.utils})(
-            compiled.src, md)
+        # launched on flagos:device whatever device is current: switching flagos devices in
+        # a twin call would make another CUDA device current under the twin's guard
+        self.launcher = type("FlagosHalLauncher", (HalLauncher,),
+                             {"utils": self.utils, "device": device})(compiled.src, md)
         self.device = device
 
     def launch(self, grid: tuple[int, int, int], args: list[object]) -> None:
         """Launch on the current stream of flagos:``device``, ``args`` every argument of the
         kernel in its signature's order (as Triton's launcher takes them)."""
-        if _C._current_device() == self.device:
-            self.launcher(grid[0], grid[1], grid[2], None, self.function, None, None, None,
-                          None, *args)
-            return
-        with torch.flagos.device(self.device):
-            self.launcher(grid[0], grid[1], grid[2], None, self.function, None, None, None,
-                          None, *args)
+        self.launcher(grid[0], grid[1], grid[2], None, self.function, None, None, None, None,
+                      *args)
 
 
 def _driver_base() -> type:

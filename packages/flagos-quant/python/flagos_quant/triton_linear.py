@@ -114,8 +114,7 @@ class _RepeatLauncher:
         # its active driver is made on first use (it needs a GPU): read at each launch
         self.drivers = getattr(getattr(triton, "runtime", None), "driver", None)
         self.compiled: dict[tuple, object] = {}
-        # compiled kernels loaded through a flagos device's HAL, by key and device (None:
-        # not loadable there)
+        # compiled kernels loaded through a flagos device's HAL, by kernel and device
         self.on_hal: dict[tuple, object] = {}
         from flagos.triton_driver import HalDriver
 
@@ -170,7 +169,7 @@ class _RepeatLauncher:
                 return
             kernel = self.compiled[key] = kernel.result() if hasattr(kernel, "result") else kernel
         if recorded:
-            hal = self._on_hal(key, kernel, values)
+            hal = self._on_hal(kernel, values)
             if hal is not None:
                 hal.launch((grid[0], grid[1], 1), values)
                 return
@@ -183,7 +182,7 @@ class _RepeatLauncher:
         themselves."""
         return self.drivers is not None and isinstance(self.drivers.active, self.hal_driver)
 
-    def _on_hal(self, key: tuple, kernel: object, values: list) -> object:
+    def _on_hal(self, kernel: object, values: list) -> object:
         """The compiled ``kernel`` loaded through the HAL of the flagos device whose launches
         the running launch-cached call keeps (``flagos.launch_cache.hal_device_for`` of its
         first tensor's device), or None."""
@@ -191,15 +190,14 @@ class _RepeatLauncher:
         device = None if tensor is None else launch_cache.hal_device_for(tensor.device)
         if device is None:
             return None
-        hal = self.on_hal.get((key, device), False)
-        if hal is False:
+        hal = self.on_hal.get((id(kernel), device))  # compiled kernels are never dropped
+        if hal is None:
             from flagos.triton_driver import HalCompiled
 
             try:
-                hal = HalCompiled(kernel, device)
+                hal = self.on_hal[(id(kernel), device)] = HalCompiled(kernel, device)
             except (RuntimeError, NotImplementedError, AttributeError):
-                hal = None  # this call, and later ones of the key, not kept
-            self.on_hal[(key, device)] = hal
+                return None  # this call not kept; a later one tries again
         return hal
 
 
