@@ -22,8 +22,8 @@
 //
 // Registering an op states that its Python kernel is such a function of its arguments'
 // metadata: the launches (grids, constants) and the results' shapes depend on nothing
-// else, and the launches are the whole of its device work. The code that launches says so
-// per call by recording only then (flagos/launch_cache.py for Triton's compiled kernels).
+// else, and the launches are the whole of its device work. A call that launches otherwise
+// than through the HAL spoils its recording (flagos.launch_cache.spoil_recording).
 #pragma once
 
 #include <ATen/core/dispatch/Dispatcher.h>
