@@ -32,6 +32,10 @@ from flagos._transformers_kernels import install as _install_transformers_kernel
 
 _install_transformers_kernels()
 
+from flagos._accelerate_safetensors import install as _install_accelerate_safetensors
+
+_install_accelerate_safetensors()
+
 from flagos._triton_default import install as _install_triton_default
 
 _install_triton_default()
