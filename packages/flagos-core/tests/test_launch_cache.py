@@ -191,12 +191,16 @@ def test_a_kernel_running_an_unkeyed_cached_op_keeps_recording_and_is_not_kept(o
 
 
 def test_a_kernel_of_another_device_than_the_calls_is_not_kept(ops, two_devices) -> None:
-    # the axpy module is loaded on flagos:0; a call on flagos:1 launches it there (sim memory
-    # is host memory) but a relaunch would run it on flagos:1's stream: not kept
+    # the axpy module is loaded on flagos:0: a call on flagos:1 launches it on flagos:0's
+    # stream (sim memory is host memory, so it computes), which the call's own stream does
+    # not wait for; a relaunch would run it the same way: not kept
     before = launch_cache.stats()
     for _ in range(2):
         x, y = _randn(16).to("flagos:1"), _randn(16).to("flagos:1")
-        torch.testing.assert_close(ops.axpy(x, y, 0.5).cpu(), (0.5 * x + y).cpu())
+        torch.flagos.synchronize(1)  # the inputs written before flagos:0's stream reads them
+        out = ops.axpy(x, y, 0.5)
+        torch.flagos.synchronize(0)
+        torch.testing.assert_close(out.cpu(), (0.5 * x + y).cpu())
     assert _delta(before) == {"relaunched": 0, "python": 2, "kept": 0, "unkeyed": 0}
 
 
