@@ -227,12 +227,12 @@ std::optional<Launch> resolve(const Recorded& rec, const std::vector<c10::IValue
   const bool on_flagos = l.device.type() == c10::DeviceType::PrivateUse1;
   std::vector<std::pair<uintptr_t, size_t>> temporaries;
   for (const auto& block : rec.allocations.blocks) {
-    if (!on_flagos) break;
     bool result = false;
     for (const auto& r : results)
       result = result || reinterpret_cast<uintptr_t>(r.storage().data()) == block.ptr;
     // one on another device would be made on the results' at a relaunch: not a temporary
-    if (!result && block.device == l.device.index()) temporaries.emplace_back(block.ptr, block.bytes);
+    if (on_flagos && !result && block.device == l.device.index())
+      temporaries.emplace_back(block.ptr, block.bytes);
   }
   std::vector<int64_t> temporary_index(temporaries.size(), -1);
   for (const RecordedLaunch& rl : rec.launches) {

@@ -12,9 +12,9 @@
 // every other argument's value (calls with other argument kinds always run the Python
 // kernel). A key seen before with recorded launches is relaunched: results allocated as
 // recorded (at::empty_strided, so that the twin's result scopes serve them), temporaries
-// from the flagos allocator (flagos tensors only), then the kernels launched in order on the current stream with
-// the recorded grids, blocks, shared memory and parameters, each a constant, the data
-// pointer of an argument or result, or a pointer into a temporary. Otherwise the Python
+// from the flagos allocator (flagos tensors only), then the kernels launched in order on
+// the current stream with the recorded grids, blocks, shared memory and parameters, each
+// a constant, the data pointer of an argument or result, or a pointer into a temporary. Otherwise the Python
 // kernel runs while a recording is open on the thread (and the flagos allocator logs the
 // device memory it allocates); its launches (at most 16) are kept for the key when each
 // pointer is the data pointer of exactly one argument or result or, through the HAL, lies
