@@ -48,14 +48,50 @@ def _call(callback: Callable[[ModuleType], None], module: ModuleType) -> None:
                       stacklevel=3)
 
 
+def _initializing(module: ModuleType) -> bool:
+    # importlib marks a module's spec while its code runs: torch loads flagos (its backend
+    # entry point) from whichever module imports torch first, half-way through that module.
+    return bool(getattr(getattr(module, "__spec__", None), "_initializing", False))
+
+
+class _WhenImported(importlib.abc.MetaPathFinder):
+    """Holds callbacks for modules that were still executing when they were registered, and
+    runs each at the first import (of any module) after its module has finished; finds
+    nothing itself."""
+
+    def __init__(self) -> None:
+        self.waiting: list[tuple[ModuleType, Callable[[ModuleType], None]]] = []
+
+    def find_spec(self, name, path, target=None):
+        with _lock:
+            done = [(m, c) for m, c in self.waiting if not _initializing(m)]
+            self.waiting = [w for w in self.waiting if w not in done]
+            if not self.waiting:
+                sys.meta_path[:] = [f for f in sys.meta_path if f is not self]
+        for module, callback in done:
+            if sys.modules.get(module.__name__) is module:
+                _call(callback, module)
+            else:  # its import failed: wait for the next one
+                after_import(module.__name__, callback)
+
+
+_when_imported = _WhenImported()
+
+
 def after_import(name: str, callback: Callable[[ModuleType], None]) -> None:
     """``callback(module)`` once module ``name`` is imported: now if it is, else right after
-    its import (a ``sys.meta_path`` finder). An exception in the callback warns; it never
-    breaks the import."""
-    if name in sys.modules:
-        _call(callback, sys.modules[name])
+    its import (a ``sys.meta_path`` finder). A module still executing (it imported torch,
+    which loaded flagos) is adapted at the first import after it has finished. An exception
+    in the callback warns; it never breaks the import."""
+    module = sys.modules.get(name)
+    if module is not None and not _initializing(module):
+        _call(callback, module)
         return
     with _lock:
-        if not any(isinstance(f, _AfterImport) and f.name == name and f.callback == callback
-                   for f in sys.meta_path):
+        if module is not None:
+            _when_imported.waiting.append((module, callback))
+            if _when_imported not in sys.meta_path:
+                sys.meta_path.insert(0, _when_imported)
+        elif not any(isinstance(f, _AfterImport) and f.name == name and f.callback == callback
+                     for f in sys.meta_path):
             sys.meta_path.insert(0, _AfterImport(name, callback))

@@ -8,6 +8,10 @@ types (cpu, cuda, mps, ...; no extension point), raising ``Unsupported device ty
 model as it is: no hub kernel replaces a layer, as when a device has none, and
 ``model.use_kernels`` stays False. A patch of transformers (docs/architecture.md, "Patches
 of other libraries"); every other model goes through transformers' own ``kernelize``.
+
+The function is wrapped where it is defined (``integrations.hub_kernels``), before
+``modeling_utils`` binds its name, and in ``modeling_utils`` too, which ever is imported
+when flagos is.
 """
 
 from __future__ import annotations
@@ -17,22 +21,35 @@ import logging
 from types import ModuleType
 from typing import Any
 
+import torch
+
 log = logging.getLogger("flagos")
-MODULE = "transformers.modeling_utils"
+MODULES = ("transformers.integrations.hub_kernels", "transformers.modeling_utils")
+
+
+def _device_type(place: Any) -> str:
+    """The device type of a device-map value: ``"flagos:1"``, a ``torch.device``, or an
+    index (the current accelerator's, as in ``torch.device(0)``)."""
+    if place in ("disk", "meta"):
+        return str(place)
+    try:
+        return torch.device(place).type
+    except (RuntimeError, TypeError, ValueError):
+        return str(place)
 
 
 def _on_flagos(model: Any, device_map: Any) -> bool:
     if isinstance(device_map, dict):
-        devices = {str(d) for d in device_map.values()} - {"cpu", "disk", "meta"}
+        devices = {_device_type(d) for d in device_map.values()} - {"cpu", "disk", "meta"}
         if devices:
-            return all(d.split(":")[0] == "flagos" for d in devices)
+            return devices == {"flagos"}
     device = getattr(model, "device", None)
     return getattr(device, "type", None) == "flagos"
 
 
-def adapt(modeling_utils: ModuleType) -> None:
-    """Wrap ``modeling_utils.kernelize`` (the name transformers' models call) once."""
-    original = getattr(modeling_utils, "kernelize", None)
+def adapt(module: ModuleType) -> None:
+    """Wrap ``module.kernelize`` (the name transformers' models call) once."""
+    original = getattr(module, "kernelize", None)
     if original is None or getattr(original, "_flagos_declines", False):
         return
 
@@ -45,11 +62,12 @@ def adapt(modeling_utils: ModuleType) -> None:
         return original(model, *args, **kwargs)
 
     kernelize._flagos_declines = True  # type: ignore[attr-defined]
-    modeling_utils.kernelize = kernelize
+    module.kernelize = kernelize
 
 
 def install() -> None:
-    """Adapt transformers when (if ever) its modeling_utils is imported."""
+    """Adapt transformers when (if ever) its hub-kernel integration is imported."""
     from flagos._after_import import after_import
 
-    after_import(MODULE, adapt)
+    for name in MODULES:
+        after_import(name, adapt)
