@@ -50,6 +50,10 @@ LIBRARIES = [*MODEL_ZOO, *OFFLOAD, COMPRESSED_TENSORS, "safetensors>=0.8,<1"]
 # The test folders that exercise them (model zoo, quantized checkpoints, graph export).
 LIBRARY_TESTS = ["integration_tests/models", "packages/flagos-quant/tests",
                  "packages/flagos-compile/tests"]
+# What transformers' own test modules import beyond pytest (its "testing" extra, less what
+# the model tests do not use).
+TRANSFORMERS_TESTING = ["pytest-xdist", "parameterized", "pytest-timeout", "pytest-order",
+                        "pytest-rerunfailures", "timeout-decorator"]
 # The benchmarks page's plots.
 MATPLOTLIB = "matplotlib>=3.8,<4"
 
@@ -298,6 +302,19 @@ def libraries(session: nox.Session, releases: str) -> None:
     out.write_text(json.dumps(result, indent=1) + "\n")
     if any(t["failed"] for t in result["tests"].values()):
         session.error(f"{releases} releases: failures recorded in {out.relative_to(ROOT)}")
+
+
+@nox.session(name="transformers-tests")
+def transformers_tests(session: nox.Session) -> None:
+    """transformers' own model tests on flagos (sim unless FLAGOS_HAL says otherwise),
+    against the CPU, for the newest transformers flagos allows. Arguments after ``--`` go to
+    integration_tests/models/transformers_model_tests.py; by default it downloads the
+    release's repository at its tag from GitHub (``--fetch``), or takes ``--checkout PATH``."""
+    hw = _prepare(session)
+    session.install(*MODEL_ZOO, *([] if hw == "cuda" else [TORCH_CPU]), *TRANSFORMERS_TESTING)
+    env = {"FLAGOS_HAL": hw, "HF_HUB_OFFLINE": "1"}
+    session.run("python", "integration_tests/models/transformers_model_tests.py",
+                *(session.posargs or ["--fetch"]), env=env)
 
 
 @nox.session
