@@ -39,20 +39,44 @@ class FakeModelTest(unittest.TestCase):
 '''
 
 
-def test_the_comparison_finds_regressions_and_names_causes_outside_flagos(tmp_path):
-    models = tmp_path / "tests" / "models" / "fake"
+def _checkout(root, module: str):
+    models = root / "tests" / "models" / "fake"
     models.mkdir(parents=True)
-    for folder in (tmp_path / "tests", tmp_path / "tests" / "models", models):
+    for folder in (root / "tests", root / "tests" / "models", models):
         (folder / "__init__.py").write_text("")
-    (models / "test_modeling_fake.py").write_text(textwrap.dedent(MODULE))
+    (models / "test_modeling_fake.py").write_text(textwrap.dedent(module))
+    return root
+
+
+def test_the_comparison_finds_regressions_and_names_causes_outside_flagos(tmp_path):
     out = tmp_path / "result.json"
-    code = runner.main(["--checkout", str(tmp_path), "--models", "fake", "--jobs", "1",
-                        "--json", str(out)])
+    code = runner.main(["--checkout", str(_checkout(tmp_path, MODULE)), "--models", "fake",
+                        "--jobs", "1", "--json", str(out)])
     result = json.loads(out.read_text())["models"]["fake"]
     assert code == 1  # the regression fails the run
     assert result["cpu"] == {"pass": 3, "skip": 1}, result
-    assert [r["test"] for r in result["regressions"]] == [
+    assert [r["test"].split(".")[-1] for r in result["regressions"]] == [
         "FakeModelTest::test_that_flagos_gets_wrong"], result
-    assert [r["test"] for r in result["outside_flagos"]] == [
+    assert [r["test"].split(".")[-1] for r in result["outside_flagos"]] == [
         "FakeModelTest::test_eager_matches_sdpa_inference_00_fp16"], result
     assert result["flagos"] == {"pass": 2, "fail": 2}, result
+
+
+def test_a_checkout_whose_tests_do_not_import_fails_the_run(tmp_path, capsys):
+    module = "import a_test_dependency_that_is_not_installed\n" + MODULE
+    code = runner.main(["--checkout", str(_checkout(tmp_path, module)), "--models", "fake",
+                        "--jobs", "1"])
+    assert code == 1
+    assert "no test passed on the CPU" in capsys.readouterr().out
+
+
+def test_a_tests_worst_outcome_is_kept(tmp_path):
+    junit = tmp_path / "j.xml"
+    junit.write_text(
+        '<testsuites><testsuite>'
+        '<testcase classname="m.C" name="t"><skipped message="s"/></testcase>'
+        '<testcase classname="m.C" name="t"><failure message="f">E   boom</failure></testcase>'
+        '<testcase classname="m.C" name="u"><failure message="only the message"/></testcase>'
+        '</testsuite></testsuites>')
+    assert runner.outcomes(junit) == {"m.C::t": ("fail", "boom"),
+                                      "m.C::u": ("fail", "only the message")}

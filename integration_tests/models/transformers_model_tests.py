@@ -48,18 +48,21 @@ def outcomes(junit: Path) -> dict[str, tuple[str, str]]:
     reason). A test reported several times (subtests) keeps its worst outcome."""
     found: dict[str, tuple[str, str]] = {}
     for case in ET.parse(junit).getroot().iter("testcase"):
-        name = case.get("classname", "").split(".")[-1] + "::" + case.get("name", "")
+        name = case.get("classname", "") + "::" + case.get("name", "")
         outcome = ("pass", "")
         for child in case:
             if child.tag in ("failure", "error"):
                 lines = [ln for ln in (child.text or "").splitlines() if ln.startswith("E ")]
-                outcome = ("fail", (lines[-1] if lines else child.get("message") or "")[2:].strip())
+                outcome = ("fail", lines[-1][2:].strip() if lines else child.get("message") or "")
                 break
             if child.tag == "skipped":
                 outcome = ("skip", child.get("message") or "")
-        if found.get(name, ("pass",))[0] == "pass":
+        if _WORSE[outcome[0]] >= _WORSE[found.get(name, ("pass",))[0]]:
             found[name] = outcome
     return found
+
+
+_WORSE = {"pass": 0, "skip": 1, "fail": 2}
 
 
 def outside_flagos(name: str, error: str) -> str | None:
@@ -93,9 +96,12 @@ def compare(cpu: dict, flagos: dict) -> dict:
 
 def run_pytest(checkout: Path, model: str, device: str, junit: Path, jobs: int) -> None:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    for key in ("TRANSFORMERS_TEST_DEVICE", "TRANSFORMERS_TEST_DEVICE_SPEC"):
-        env.pop(key, None)
-    if device == "flagos":
+    env.pop("TRANSFORMERS_TEST_DEVICE_SPEC", None)
+    # transformers' tests take CUDA where torch has it: the reference is the CPU's
+    env.update(TRANSFORMERS_TEST_DEVICE="cpu")
+    if device == "cpu":
+        env.update(CUDA_VISIBLE_DEVICES="")
+    else:
         spec = subprocess.run([sys.executable, "-m", "flagos.transformers_test_device"],
                               cwd=checkout, env=env, check=True, capture_output=True,
                               text=True).stdout.strip()
@@ -110,13 +116,18 @@ def run_pytest(checkout: Path, model: str, device: str, junit: Path, jobs: int) 
 def fetch(version: str, cache: Path) -> Path:
     """The transformers repository at tag v<version>, downloaded once into ``cache``."""
     checkout = cache / f"transformers-{version}"
-    if not (checkout / "tests" / "models").is_dir():
+    if not checkout.is_dir():
         url = f"https://github.com/huggingface/transformers/archive/refs/tags/v{version}.tar.gz"
         with urllib.request.urlopen(url, timeout=600) as response:
             data = response.read()
         cache.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(fileobj=io.BytesIO(data)) as archive:
-            archive.extractall(cache, filter="data")
+        # unpacked beside, then renamed: an interrupted run leaves no partial checkout
+        with tempfile.TemporaryDirectory(dir=cache) as unpacked, \
+                tarfile.open(fileobj=io.BytesIO(data)) as archive:
+            # the "data" filter (no links out, no devices) where this Python has it
+            safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+            archive.extractall(unpacked, **safe)
+            (Path(unpacked) / checkout.name).rename(checkout)
     return checkout
 
 
@@ -141,8 +152,11 @@ def main(argv: list[str] | None = None) -> int:
             for device, path in junit.items():
                 run_pytest(checkout.resolve(), model, device, path, args.jobs)
             found = {d: outcomes(p) if p.exists() else {} for d, p in junit.items()}
-            if not found["cpu"]:
-                print(f"{model}: no test ran on the CPU (tests/models/{model} in {checkout}?)")
+            if "pass" not in {outcome for outcome, _ in found["cpu"].values()}:
+                # nothing collected, or every module failed to import (a missing test
+                # dependency, a checkout of another release than the installed one)
+                print(f"{model}: no test passed on the CPU (tests/models/{model} in "
+                      f"{checkout}, for transformers {transformers.__version__}?)")
                 failed = True
                 continue
             results[model] = compare(found["cpu"], found["flagos"])

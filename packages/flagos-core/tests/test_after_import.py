@@ -4,6 +4,8 @@ flagos loaded (it imported torch, which loads flagos through its backend entry p
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.util
 import sys
 import textwrap
 
@@ -48,3 +50,46 @@ def test_a_module_still_executing_is_adapted_once_it_has_finished(tmp_path, monk
     assert len(hook.SEEN) == 1
     for name in ("flagos_half_mod", "flagos_half_hook", "flagos_half_next"):
         sys.modules.pop(name)
+
+
+class _Serves(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds one module of its own, as setuptools' distutils finder does."""
+
+    def find_spec(self, name, path, target=None):
+        if name != "flagos_served_mod":
+            return None
+        return importlib.util.spec_from_loader(name, loader=self, origin="served")
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        pass
+
+
+def test_the_import_that_runs_a_waiting_callback_still_reaches_every_finder(tmp_path,
+                                                                            monkeypatch):
+    from flagos._after_import import _when_imported
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    _write(tmp_path, "flagos_wait_mod", """
+        import flagos_wait_hook
+        """)
+    _write(tmp_path, "flagos_wait_hook", """
+        from flagos._after_import import after_import
+        SEEN = []
+        after_import("flagos_wait_mod", SEEN.append)
+        after_import("flagos_wait_mod", SEEN.append)  # the same callback again: run once
+        """)
+    importlib.import_module("flagos_wait_mod")
+    serves = _Serves()
+    sys.meta_path.insert(sys.meta_path.index(_when_imported) + 1, serves)
+    try:
+        # this import runs the waiting callback; the finder after the waiting one must
+        # still be asked
+        assert importlib.import_module("flagos_served_mod").__spec__.origin == "served"
+        assert [m.__name__ for m in sys.modules["flagos_wait_hook"].SEEN] == ["flagos_wait_mod"]
+    finally:
+        sys.meta_path.remove(serves)
+        for name in ("flagos_wait_mod", "flagos_wait_hook", "flagos_served_mod"):
+            sys.modules.pop(name, None)

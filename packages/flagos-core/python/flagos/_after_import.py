@@ -56,23 +56,28 @@ def _initializing(module: ModuleType) -> bool:
 
 class _WhenImported(importlib.abc.MetaPathFinder):
     """Holds callbacks for modules that were still executing when they were registered, and
-    runs each at the first import (of any module) after its module has finished; finds
-    nothing itself."""
+    runs each at the first import (of any module, or a later :func:`after_import`) after its
+    module has finished; finds nothing itself. Once installed it stays in ``sys.meta_path``:
+    importlib walks that list while it asks each finder, so a finder that removed itself
+    would make the import skip the finder after it."""
 
     def __init__(self) -> None:
         self.waiting: list[tuple[ModuleType, Callable[[ModuleType], None]]] = []
 
-    def find_spec(self, name, path, target=None):
+    def run_finished(self) -> None:
+        if not self.waiting:
+            return
         with _lock:
             done = [(m, c) for m, c in self.waiting if not _initializing(m)]
             self.waiting = [w for w in self.waiting if w not in done]
-            if not self.waiting:
-                sys.meta_path[:] = [f for f in sys.meta_path if f is not self]
         for module, callback in done:
             if sys.modules.get(module.__name__) is module:
                 _call(callback, module)
             else:  # its import failed: wait for the next one
                 after_import(module.__name__, callback)
+
+    def find_spec(self, name, path, target=None):
+        self.run_finished()
 
 
 _when_imported = _WhenImported()
@@ -83,13 +88,15 @@ def after_import(name: str, callback: Callable[[ModuleType], None]) -> None:
     its import (a ``sys.meta_path`` finder). A module still executing (it imported torch,
     which loaded flagos) is adapted at the first import after it has finished. An exception
     in the callback warns; it never breaks the import."""
+    _when_imported.run_finished()
     module = sys.modules.get(name)
     if module is not None and not _initializing(module):
         _call(callback, module)
         return
     with _lock:
         if module is not None:
-            _when_imported.waiting.append((module, callback))
+            if (module, callback) not in _when_imported.waiting:
+                _when_imported.waiting.append((module, callback))
             if _when_imported not in sys.meta_path:
                 sys.meta_path.insert(0, _when_imported)
         elif not any(isinstance(f, _AfterImport) and f.name == name and f.callback == callback
