@@ -65,3 +65,16 @@ def test_other_devices_read_as_the_library_does() -> None:
         assert isinstance(f, _Handle)
     m.safe_load_file("f.safetensors", device="cuda:1")
     assert calls == [("open", "cuda:1"), ("load", "cuda:1")]
+
+
+def test_a_device_index_is_the_current_accelerators() -> None:
+    # accelerate's device maps name devices by index: 0 is flagos:0 where flagos is the
+    # current accelerator (sim), cuda:0 where torch has CUDA
+    calls: list = []
+    m = _module(calls)
+    _accelerate_safetensors.adapt(m)
+    loaded = m.safe_load_file("f.safetensors", device=0)
+    on_flagos = torch.device(0).type == "flagos"
+    assert calls == [("load", "cpu" if on_flagos else 0)]
+    if on_flagos:
+        assert loaded["w"].device == torch.device("flagos", 0)

@@ -21,6 +21,8 @@ from typing import Any
 
 from typing_extensions import Self
 
+from flagos._library_places import device_type
+
 MODULES = ("accelerate.utils.offload", "accelerate.utils.modeling")
 
 
@@ -46,7 +48,7 @@ class OpenedOnCpu:
 
 
 def _flagos_device(device: Any) -> bool:
-    return str(device).split(":")[0] == "flagos"
+    return device_type(device) == "flagos"
 
 
 def _open_on_cpu(original: Any) -> Any:

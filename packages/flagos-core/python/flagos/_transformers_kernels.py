@@ -21,26 +21,15 @@ import logging
 from types import ModuleType
 from typing import Any
 
-import torch
+from flagos._library_places import device_type
 
 log = logging.getLogger("flagos")
 MODULES = ("transformers.integrations.hub_kernels", "transformers.modeling_utils")
 
 
-def _device_type(place: Any) -> str:
-    """The device type of a device-map value: ``"flagos:1"``, a ``torch.device``, or an
-    index (the current accelerator's, as in ``torch.device(0)``)."""
-    if place in ("disk", "meta"):
-        return str(place)
-    try:
-        return torch.device(place).type
-    except (RuntimeError, TypeError, ValueError):
-        return str(place)
-
-
 def _on_flagos(model: Any, device_map: Any) -> bool:
     if isinstance(device_map, dict):
-        devices = {_device_type(d) for d in device_map.values()} - {"cpu", "disk", "meta"}
+        devices = {device_type(d) for d in device_map.values()} - {"cpu", "disk", "meta"}
         if devices:
             return devices == {"flagos"}
     device = getattr(model, "device", None)
