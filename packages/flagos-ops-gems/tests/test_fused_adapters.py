@@ -1,7 +1,7 @@
 """The adapters that serve aten::_fused_rms_norm and its backward with FlagGems' RMS norm
 kernels, checked on CPU with kernels of FlagGems' signatures written in torch: results
 and shapes as ATen's own ``_fused_rms_norm`` gives them, and declines where FlagGems'
-kernels do not apply."""
+kernels do not apply; and FlagGems' layer norm statistics in ATen's shape."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import types
 
 import pytest
 import torch
-from flagos_ops_gems._fused_adapters import fused_kernels
+from flagos_ops_gems._fused_adapters import fused_kernels, layer_norm_statistics_as_aten
 
 
 def _forward(x, normalized_shape, weight, eps=1e-5):  # FlagGems' contract: inv_rms is [M]
@@ -73,3 +73,25 @@ def test_what_the_kernels_do_not_cover_is_declined(kernels) -> None:
 
 def test_a_flag_gems_without_rms_norm_kernels_adds_nothing() -> None:
     assert fused_kernels(types.SimpleNamespace(ops=types.SimpleNamespace())) == {}
+
+
+def _flat_layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    # FlagGems' contract: the statistics flat, [M]
+    out, mean, rstd = torch.native_layer_norm(x, normalized_shape, weight, bias, eps)
+    return out, mean.reshape(-1), rstd.reshape(-1)
+
+
+@pytest.mark.parametrize("shape,normalized", [((3, 5, 16), [16]), ((2, 3, 4, 8), [4, 8]),
+                                              ((6, 16), [16])])
+def test_layer_norm_statistics_have_atens_shape(shape, normalized) -> None:
+    x, w, b = torch.randn(shape), torch.randn(normalized), torch.randn(normalized)
+    got = layer_norm_statistics_as_aten(_flat_layer_norm)(x, normalized, w, b, 1e-5)
+    want = torch.native_layer_norm(x, normalized, w, b, 1e-5)
+    for g, r in zip(got, want, strict=True):
+        assert g.shape == r.shape
+        torch.testing.assert_close(g, r)
+
+
+def test_a_declined_layer_norm_stays_declined() -> None:
+    declined = layer_norm_statistics_as_aten(lambda *a, **k: NotImplemented)
+    assert declined(torch.randn(2, 4), [4]) is NotImplemented

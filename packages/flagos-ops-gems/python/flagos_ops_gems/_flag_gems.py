@@ -20,7 +20,7 @@ from . import own_kernels
 from ._conv_adapter import conv_kernels
 from ._default_generator import draws_from_given_generator
 from ._flag_gems_device import draws_philox_seeds, prepare, vendor_and_backend
-from ._fused_adapters import fused_kernels
+from ._fused_adapters import fused_kernels, layer_norm_statistics_as_aten
 from ._kernel_guards import guard_kernel
 from ._library import KernelLibrary, LibraryUnavailable, OpTable
 from ._schemas import op_schema
@@ -160,6 +160,9 @@ def _op_table(flag_gems, no_twin: bool = False,
         table["aten::multinomial"] = draws_from_given_generator(table["aten::multinomial"])
     for op, fn in fused_kernels(flag_gems).items():
         table.setdefault(op, fn)
+    if "aten::native_layer_norm" in table:
+        table["aten::native_layer_norm"] = layer_norm_statistics_as_aten(
+            table["aten::native_layer_norm"])
     if no_twin:  # with a twin, boxing runs the twin's own kernels (cuDNN's convolution)
         for op, fn in conv_kernels(flag_gems).items():
             table.setdefault(op, fn)

@@ -7,16 +7,22 @@ autograd function over ``rms_norm_forward`` / ``rms_norm_backward``. On flagos,
 same two FlagGems kernels, so a gems route runs FlagGems' RMS norm whole instead of five
 decomposed ops. What the kernels do not cover (no weight, non-float dtypes) is declined
 and the chain's next provider runs.
+
+FlagGems' ``native_layer_norm`` returns its mean and inverse deviation flat (``[M]``);
+ATen's contract, on every device, is the input's shape with the normalized dimensions
+kept as ones (``[*, 1, ..., 1]``), which is what a caller and ATen's own backward read.
+``layer_norm_statistics_as_aten`` views them so.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
 import torch
 
-__all__ = ["fused_kernels"]
+__all__ = ["fused_kernels", "layer_norm_statistics_as_aten"]
 
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -28,6 +34,22 @@ def _default_eps(dtype: torch.dtype) -> float:
 
 def _rstd_shape(x: torch.Tensor, normalized: int) -> list[int]:
     return list(x.shape[:x.dim() - normalized]) + [1] * normalized
+
+
+def layer_norm_statistics_as_aten(layer_norm: Callable) -> Callable:
+    """``layer_norm`` (FlagGems' ``native_layer_norm``, or its guard) with its mean and
+    inverse deviation viewed to ATen's shape; a declined call stays declined."""
+
+    @functools.wraps(layer_norm)
+    def native_layer_norm(input, normalized_shape, *args, **kwargs):
+        result = layer_norm(input, normalized_shape, *args, **kwargs)
+        if result is NotImplemented:
+            return result
+        out, mean, rstd = result
+        shape = _rstd_shape(input, len(normalized_shape))
+        return out, mean.view(shape), rstd.view(shape)
+
+    return native_layer_norm
 
 
 def _adapters(forward: Callable, backward: Callable) -> dict[str, Callable]:
