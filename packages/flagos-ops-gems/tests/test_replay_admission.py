@@ -213,3 +213,21 @@ def test_checks_past_the_runs_deadline_are_stopped_or_not_started() -> None:
     assert time.monotonic() - start < 30
     assert "its --deadline" in got["aten::a"][0].reason
     assert got["aten::b"][0].reason == "not checked: the run's --deadline had passed"
+
+
+def test_a_relaunch_that_differs_is_told_apart_from_rounding_and_garbage() -> None:
+    from flagos_ops_gems.replay_admission import _difference
+
+    cpu = torch.linspace(0, 1, 64)
+    rounded = cpu.clone()
+    rounded[3] += 1e-7
+    garbage = cpu.clone()
+    garbage[10:20] = 1e30
+    told = _difference(0, cpu, cpu, rounded)
+    assert told.startswith("result 0: 1 of 64 elements differ, max |difference| "), told
+    assert float(told.split("|difference| ")[1].split(";")[0]) < 1e-6, told
+    assert told.endswith("matches the CPU: recorded yes, relaunched yes"), told
+    assert "10 of 64 elements differ" in _difference(1, cpu, cpu, garbage)
+    assert _difference(1, cpu, cpu, garbage).endswith("recorded yes, relaunched no")
+    assert "(64,)/(1,) recorded, (8, 8)/(8, 1) relaunched" in _difference(
+        0, cpu, cpu, cpu.view(8, 8))

@@ -204,6 +204,30 @@ def _on(device: str, sample: Sample) -> Sample:
     return tree_map(move, sample[0]), tree_map(move, sample[1])
 
 
+def _difference(index: int, expected, first, second) -> str:
+    """How a relaunched result differs from the recorded call's, and which of the two
+    matches the CPU: rounding (a few elements, last bits) reads otherwise than garbage."""
+    import torch
+
+    if first.shape != second.shape or first.stride() != second.stride():
+        return (f"result {index} {tuple(first.shape)}/{first.stride()} recorded, "
+                f"{tuple(second.shape)}/{second.stride()} relaunched")
+    a, b = first.cpu().nan_to_num(), second.cpu().nan_to_num()
+    unequal = a != b
+    gap = (a.double() - b.double()).abs().max().item() if a.is_floating_point() else "-"
+
+    def matches(t) -> str:
+        try:
+            torch.testing.assert_close(t.cpu(), expected, equal_nan=True)
+        except AssertionError:
+            return "no"
+        return "yes"
+
+    return (f"result {index}: {int(unequal.sum())} of {a.numel()} elements differ, max "
+            f"|difference| {gap}; matches the CPU: recorded {matches(first)}, relaunched "
+            f"{matches(second)}")
+
+
 def check_op(op: str, samples: Iterable[Sample], provider: str,
              tolerance: Callable[[object], dict] | None = None,
              declared: Iterable[str] = ()) -> Verdict:
@@ -239,12 +263,12 @@ def check_op(op: str, samples: Iterable[Sample], provider: str,
                     first, second = (overload_fn(*args, **kwargs) for _ in range(2))
                 except Exception as err:  # noqa: BLE001 - the verdict names it
                     return Verdict(op, False, count, 0, f"raises on flagos: {err!r}"[:200])
-                for e, a, b in zip(_tensors(expected), _tensors(first), _tensors(second),
-                                   strict=True):
+                for i, (e, a, b) in enumerate(zip(_tensors(expected), _tensors(first),
+                                                  _tensors(second), strict=True)):
                     if not (a.shape == b.shape and a.stride() == b.stride() and
                             torch.equal(a.cpu().nan_to_num(), b.cpu().nan_to_num())):
                         return Verdict(op, False, count, 0, "a relaunched call differs from "
-                                       "its recorded one")
+                                       f"its recorded one: {_difference(i, e, a, b)}")
                     try:
                         torch.testing.assert_close(a.cpu(), e, equal_nan=True, **tolerance(e))
                     except AssertionError as err:
