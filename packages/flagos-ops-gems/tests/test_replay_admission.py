@@ -229,5 +229,9 @@ def test_a_relaunch_that_differs_is_told_apart_from_rounding_and_garbage() -> No
     assert told.endswith("matches the CPU: recorded yes, relaunched yes"), told
     assert "10 of 64 elements differ" in _difference(1, cpu, cpu, garbage)
     assert _difference(1, cpu, cpu, garbage).endswith("recorded yes, relaunched no")
+    near = cpu + 1e-3
+    assert _difference(0, cpu, near, near).endswith("recorded no, relaunched no")
+    assert _difference(0, cpu, near, near, {"rtol": 0, "atol": 1e-2}).endswith(
+        "recorded yes, relaunched yes")  # the admission's tolerance, not assert_close's own
     assert "(64,)/(1,) recorded, (8, 8)/(8, 1) relaunched" in _difference(
         0, cpu, cpu, cpu.view(8, 8))

@@ -204,9 +204,10 @@ def _on(device: str, sample: Sample) -> Sample:
     return tree_map(move, sample[0]), tree_map(move, sample[1])
 
 
-def _difference(index: int, expected, first, second) -> str:
+def _difference(index: int, expected, first, second, tolerance: dict | None = None) -> str:
     """How a relaunched result differs from the recorded call's, and which of the two
-    matches the CPU: rounding (a few elements, last bits) reads otherwise than garbage."""
+    matches the CPU (within ``tolerance``, the admission's): rounding (a few elements, last
+    bits) reads otherwise than garbage."""
     import torch
 
     if first.shape != second.shape or first.stride() != second.stride():
@@ -218,7 +219,7 @@ def _difference(index: int, expected, first, second) -> str:
 
     def matches(t) -> str:
         try:
-            torch.testing.assert_close(t.cpu(), expected, equal_nan=True)
+            torch.testing.assert_close(t.cpu(), expected, equal_nan=True, **(tolerance or {}))
         except AssertionError:
             return "no"
         return "yes"
@@ -268,7 +269,7 @@ def check_op(op: str, samples: Iterable[Sample], provider: str,
                     if not (a.shape == b.shape and a.stride() == b.stride() and
                             torch.equal(a.cpu().nan_to_num(), b.cpu().nan_to_num())):
                         return Verdict(op, False, count, 0, "a relaunched call differs from "
-                                       f"its recorded one: {_difference(i, e, a, b)}")
+                                       f"its recorded one: {_difference(i, e, a, b, tolerance(e))}")
                     try:
                         torch.testing.assert_close(a.cpu(), e, equal_nan=True, **tolerance(e))
                     except AssertionError as err:
