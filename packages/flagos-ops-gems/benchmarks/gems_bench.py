@@ -17,8 +17,8 @@ what the host spends per call), each timed four ways in alternating rounds:
 ``gems - FlagGems`` is what flagos adds per call. Without a twin (``FLAGOS_NO_TWIN=1`` on
 the cuda HAL, standing in for a chip without CUDA) ``gems`` runs FlagGems on the flagos
 tensors themselves, launched through the HAL; FlagGems on CUDA tensors is then timed in a
-clean process (FlagGems serves one device type per process), boxing is absent, and the
-table is ``gems-host-no-twin``. The providers that served each op are
+clean process beside (FlagGems serves one device type per process), a round at a time
+between this process's rounds, boxing is absent, and the table is ``gems-host-no-twin``. The providers that served each op are
 printed from ``flagos.routing.stats()`` (an op that FlagGems does not serve as such, e.g.
 one that decomposes above flagos, shows which ops gems served instead).
 
@@ -130,24 +130,56 @@ def _no_twin() -> bool:
     return flagos.get_device_properties(0).twin_device == "none" and torch.cuda.is_available()
 
 
-def flaggems_cuda_host(min_time: float, rounds: int, only: list[str] | None) -> dict[str, float]:
-    """Best host us per call of each op on CUDA tensors with FlagGems (``use_gems``), in this
-    process: the clean one ``bench_host_no_twin`` starts."""
+def serve_flaggems_cuda_host(min_time: float, stdin=sys.stdin, stdout=sys.stdout) -> None:
+    """The clean process of ``bench_host_no_twin``: for each op name read from ``stdin``,
+    one round of host seconds per call on CUDA tensors with FlagGems (``use_gems``),
+    written to ``stdout`` as a JSON line; an empty line or the end of input ends it."""
     import flag_gems
 
     cuda = torch.device("cuda", 0)
-    best: dict[str, float] = {}
-    for name, (fn, args) in _ops(cuda).items():
-        if only and name not in only:
-            continue
+    ops = _ops(cuda)
+    for line in stdin:
+        name = line.strip()
+        if not name:
+            break
+        fn, args = ops[name]
         with flag_gems.use_gems():
-            best[name] = min(timeit(fn, cuda, min_time, args=args) for _ in range(rounds)) * 1e6
-    return best
+            seconds = timeit(fn, cuda, min_time, args=args)
+        stdout.write(json.dumps({"op": name, "seconds": seconds}) + "\n")
+        stdout.flush()
+
+
+class FlagGemsCudaProcess:
+    """``serve_flaggems_cuda_host`` in a clean process beside this one, asked for one round
+    at a time so that its rounds alternate with this process's (both see the machine in
+    the same state)."""
+
+    def __init__(self, cmd: list[str], env: dict[str, str]) -> None:
+        self.child = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True, env=env)
+
+    def time(self, name: str) -> float:
+        """Host seconds per call of op ``name`` (one round) in the clean process."""
+        self.child.stdin.write(name + "\n")
+        self.child.stdin.flush()
+        for line in self.child.stdout:  # lines a library prints to stdout are passed over
+            with contextlib.suppress(ValueError):
+                reply = json.loads(line)
+                if isinstance(reply, dict) and reply.get("op") == name:
+                    return reply["seconds"]
+        raise SystemExit("gems_bench: FlagGems on CUDA tensors failed:\n"
+                         f"{self.child.stderr.read()[-3000:]}")
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.child.stdin.write("\n")
+            self.child.stdin.close()
+        self.child.wait(timeout=60)
 
 
 def bench_host_no_twin(min_time: float, rounds: int, only: list[str] | None = None) -> Table:
     """The host table without a twin: native ATen on CUDA and gems on flagos tensors here,
-    FlagGems on CUDA tensors in a clean process."""
+    FlagGems on CUDA tensors in a clean process beside, the three in alternating rounds."""
     cuda = native_reference(0)  # the twin, or without one the GPU the HAL drives
     fl = torch.device("flagos", 0)
     native_ops, flagos_ops = _ops(cuda), _ops(fl)
@@ -157,18 +189,25 @@ def bench_host_no_twin(min_time: float, rounds: int, only: list[str] | None = No
                          f"{', '.join(native_ops)}")
     env = {k: v for k, v in os.environ.items() if k != "FLAGOS_NO_TWIN"}
     env["CUDA_VISIBLE_DEVICES"] = str(cuda.index)
-    cmd = [sys.executable, os.path.abspath(__file__), "--flaggems-cuda-host",
-           "--rounds", str(rounds), "--min-time", str(min_time), "--ops", ",".join(only or ())]
-    child = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900, check=False)
-    if child.returncode != 0:
-        raise SystemExit(f"gems_bench: FlagGems on CUDA tensors failed:\n{child.stderr[-3000:]}")
-    flaggems = json.loads(child.stdout.strip().splitlines()[-1])
+    clean = FlagGemsCudaProcess([sys.executable, os.path.abspath(__file__),
+                                 "--flaggems-cuda-host", "--min-time", str(min_time)], env)
+    try:
+        return _host_no_twin_table(min_time, rounds, only, cuda, fl, native_ops, flagos_ops,
+                                   clean)
+    finally:
+        clean.close()
+
+
+def _host_no_twin_table(min_time: float, rounds: int, only: list[str] | None,
+                        cuda: torch.device, fl: torch.device, native_ops: dict,
+                        flagos_ops: dict, clean: FlagGemsCudaProcess) -> Table:
     import flag_gems
     from flagos import launch_cache
 
     table = Table("gems-host-no-twin", (
         f"gems without a twin: host us per call, FlagGems {flag_gems.__version__} (min of "
-        f"{rounds} rounds): native ATen, FlagGems on CUDA tensors (clean process), FlagGems "
+        f"{rounds} alternating rounds): native ATen, FlagGems on CUDA tensors (a clean "
+        "process beside, its rounds between this one's), FlagGems "
         "on flagos tensors through the HAL (FLAGOS_NO_TWIN=1, gems route) with its Python "
         "wrapper at every call, and relaunched from C++ where the op is admitted "
         "(replayable.toml)"),
@@ -182,10 +221,11 @@ def bench_host_no_twin(min_time: float, rounds: int, only: list[str] | None = No
         if only and name not in only:
             continue
         args_f = flagos_ops[name][1]
-        t = {"native": [], "gems": [], "replayed": []}
+        t = {"native": [], "flaggems": [], "gems": [], "replayed": []}
         relaunched = 0
         for _ in range(rounds):
             t["native"].append(timeit(fn, cuda, min_time, args=args_n))
+            t["flaggems"].append(clean.time(name))
             with flagos.routing.override(chain):
                 with launch_cache.disabled():
                     t["gems"].append(timeit(fn, fl, min_time, args=args_f))
@@ -198,8 +238,8 @@ def bench_host_no_twin(min_time: float, rounds: int, only: list[str] | None = No
         replayed = best["replayed"] if relaunched else ""
         if not relaunched:
             not_replayed.append(name)
-        table.add(name, best["native"], flaggems[name], best["gems"],
-                  best["gems"] - flaggems[name], replayed,
+        table.add(name, best["native"], best["flaggems"], best["gems"],
+                  best["gems"] - best["flaggems"], replayed,
                   replayed / best["native"] if relaunched else "", served)
         print(f"  {name}: {table.rows[-1][1:7]}", flush=True)
     if not_replayed:
@@ -324,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     only = [o for o in args.ops.split(",") if o] or None
     min_time = args.min_time or (0.05 if args.quick else 0.2)
     if args.flaggems_cuda_host:  # the clean process of bench_host_no_twin
-        print(json.dumps(flaggems_cuda_host(min_time, args.rounds, only)))
+        serve_flaggems_cuda_host(min_time)
         return 0
     no_twin = flagos.device_count() > 0 and _no_twin()
     if flagos.device_count() == 0 or (flagos.get_device_properties(0).twin_device != "cuda"
