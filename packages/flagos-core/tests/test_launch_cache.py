@@ -77,6 +77,10 @@ def ops(sim_kernel_image):
         _recording_seen.append(launch_cache.recording())  # its own, restored
         return launch(inner, y, torch.empty_like(x), alpha)
 
+    def by_mode(x, y, alpha, mode):
+        _python_calls.append(f"by_mode {mode}")
+        return launch(x, y, torch.empty_like(x), alpha * len(mode))
+
     def unkeyed_list(x, ys, alpha):
         _python_calls.append("unkeyed_list")
         _recording_seen.append(launch_cache.recording())
@@ -89,6 +93,8 @@ def ops(sim_kernel_image):
     for name, fn in kernels_.items():
         lib.define(f"{name}(Tensor x, Tensor y, float alpha) -> Tensor")
         launch_cache.register(f"flagos_test_launch_cache::{name}", "flagos", fn)
+    lib.define("by_mode(Tensor x, Tensor y, float alpha, str mode) -> Tensor")
+    launch_cache.register("flagos_test_launch_cache::by_mode", "flagos", by_mode)
     lib.define("unkeyed_list(Tensor x, Tensor[] ys, float alpha) -> Tensor")
     launch_cache.register("flagos_test_launch_cache::unkeyed_list", "flagos", unkeyed_list)
     yield torch.ops.flagos_test_launch_cache
@@ -209,6 +215,18 @@ def test_an_empty_grid_is_not_launched(ops) -> None:
     before = launch_cache.stats()
     assert ops.axpy(_randn(0), _randn(0), 1.0).shape == (0,)
     assert _delta(before)["relaunched"] == 1
+
+
+def test_a_string_argument_is_part_of_the_key(ops) -> None:
+    # gelu's approximate="tanh", a loss's reduction: each mode keeps its own launches
+    before = launch_cache.stats()
+    modes = ["a", "abcdefgh", "abcdefghi", "a", "abcdefgh", "abcdefghi", "b"]
+    for mode in modes:
+        x, y = _randn(16), _randn(16)
+        torch.testing.assert_close(ops.by_mode(x, y, 0.5, mode).cpu(),
+                                   (0.5 * len(mode) * x + y).cpu())
+    assert _python_calls == ["by_mode a", "by_mode abcdefgh", "by_mode abcdefghi", "by_mode b"]
+    assert _delta(before) == {"relaunched": 3, "python": 4, "kept": 4, "unkeyed": 0}
 
 
 def test_arguments_of_kinds_not_keyed_always_run_python(ops) -> None:

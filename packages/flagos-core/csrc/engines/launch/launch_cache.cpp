@@ -44,7 +44,7 @@ struct KeyHash {
 };
 
 enum Tag : int64_t { kNone = -1, kTensor = -2, kInt = -3, kDouble = -4, kBool = -5, kInts = -6,
-                     kUndefined = -7 };
+                     kUndefined = -7, kString = -8 };
 
 bool key_tensor(const at::Tensor& t, Key& k) {
   if (!t.defined()) {
@@ -89,6 +89,15 @@ bool make_key(const torch::jit::Stack& stack, size_t n, Key& k) {
       k.words.push_back(kInts);
       k.words.push_back(static_cast<int64_t>(list.size()));
       for (int64_t x : list) k.words.push_back(x);
+    } else if (v.isString()) {  // a mode ("tanh", "mean"): its bytes, 8 a word
+      const std::string& str = v.toStringRef();
+      k.words.push_back(kString);
+      k.words.push_back(static_cast<int64_t>(str.size()));
+      for (size_t at = 0; at < str.size(); at += sizeof(int64_t)) {
+        int64_t word = 0;
+        std::memcpy(&word, str.data() + at, std::min(sizeof(int64_t), str.size() - at));
+        k.words.push_back(word);
+      }
     } else {
       return false;
     }
