@@ -235,3 +235,12 @@ def test_a_relaunch_that_differs_is_told_apart_from_rounding_and_garbage() -> No
         "recorded yes, relaunched yes")  # the admission's tolerance, not assert_close's own
     assert "(64,)/(1,) recorded, (8, 8)/(8, 1) relaunched" in _difference(
         0, cpu, cpu, cpu.view(8, 8))
+
+
+def test_a_run_over_some_ops_leaves_the_others_entries() -> None:
+    from flagos_ops_gems.replay_admission import merge_admitted
+
+    previous = {"aten::add.Tensor": "a1", "aten::gelu": "g0", "aten::triu": "t0"}
+    # gelu and triu checked again: gelu admitted (its source changed), triu refused
+    assert merge_admitted(previous, ["aten::gelu", "aten::triu"], {"aten::gelu": "g1"}) == {
+        "aten::add.Tensor": "a1", "aten::gelu": "g1"}

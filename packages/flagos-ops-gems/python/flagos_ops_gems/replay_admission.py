@@ -45,8 +45,8 @@ from pathlib import Path
 
 import tomllib
 
-__all__ = ["REPLAYABLE_FILE", "TRAINING_STEP_OPS", "Verdict", "check_op", "opinfo_samples",
-           "read_admitted", "source_digest", "write_admitted"]
+__all__ = ["REPLAYABLE_FILE", "TRAINING_STEP_OPS", "Verdict", "check_op", "merge_admitted",
+           "opinfo_samples", "read_admitted", "source_digest", "write_admitted"]
 
 REPLAYABLE_FILE = Path(__file__).parent / "replayable.toml"
 """The admitted ops: ``"aten::add.Tensor" = "<digest>"`` under ``[ops]``."""
@@ -73,6 +73,15 @@ def read_admitted(path: Path = REPLAYABLE_FILE) -> dict[str, str]:
         return {}
     with path.open("rb") as f:
         return dict(tomllib.load(f).get("ops", {}))
+
+
+def merge_admitted(previous: dict[str, str], checked: Iterable[str],
+                   admitted: dict[str, str]) -> dict[str, str]:
+    """The list after a run that checked ``checked`` and admitted ``admitted``: the ops it
+    did not check keep their entries in ``previous``; those it checked are in it only if
+    admitted now."""
+    checked = set(checked)
+    return {**{op: d for op, d in previous.items() if op not in checked}, **admitted}
 
 
 def write_admitted(admitted: dict[str, str], library: str, path: Path = REPLAYABLE_FILE) -> None:
@@ -412,7 +421,9 @@ def main(argv: list[str] | None = None) -> int:
                     run_tasks(tasks, args.jobs, args.task_timeout or None, deadline))
     else:
         verdicts = ((op, check(op)) for op in ops)
-    admitted = {}
+    # a run over some ops leaves the others' entries as they were
+    previous = read_admitted(Path(args.write)) if args.write else {}
+    admitted: dict[str, str] = {}
     for op, verdict in verdicts:
         print(f"{op:48} {'admitted' if verdict.admitted else 'no':9} samples "
               f"{verdict.samples:3} relaunched {verdict.relaunched:4} {verdict.reason}",
@@ -420,11 +431,12 @@ def main(argv: list[str] | None = None) -> int:
         if verdict.admitted:
             admitted[op] = source_digest(functions[op])
             if args.write:  # after each op: a check cut short keeps what it admitted
-                write_admitted(admitted, library, Path(args.write))
+                write_admitted(merge_admitted(previous, ops, admitted), library,
+                               Path(args.write))
     scratch.cleanup()
     print(f"{len(admitted)} of {len(ops)} ops admitted")
     if args.write:
-        write_admitted(admitted, library, Path(args.write))
+        write_admitted(merge_admitted(previous, ops, admitted), library, Path(args.write))
         print(f"wrote {args.write}")
     return 0
 
