@@ -73,7 +73,7 @@ def ops(sim_kernel_image):
 
     def around_unkeyed(x, y, alpha):
         _python_calls.append("around_unkeyed")
-        inner = torch.ops.flagos_test_launch_cache.unkeyed_list(x, [y], alpha)
+        inner = torch.ops.flagos_test_launch_cache.unkeyed_list(x, y, [alpha])
         _recording_seen.append(launch_cache.recording())  # its own, restored
         return launch(inner, y, torch.empty_like(x), alpha)
 
@@ -81,10 +81,17 @@ def ops(sim_kernel_image):
         _python_calls.append(f"by_mode {mode}")
         return launch(x, y, torch.empty_like(x), alpha * len(mode))
 
-    def unkeyed_list(x, ys, alpha):
+    def unkeyed_list(x, y, alphas):
         _python_calls.append("unkeyed_list")
         _recording_seen.append(launch_cache.recording())
-        return launch(x, ys[0], torch.empty_like(x), alpha)
+        return launch(x, y, torch.empty_like(x), alphas[0])
+
+    def list_sum(xs, alpha):
+        _python_calls.append(f"list_sum {len(xs)}")
+        out = launch(xs[0], xs[1], torch.empty_like(xs[0]), alpha)
+        for x in xs[2:]:
+            out = launch(x, out, out, alpha)
+        return out
 
     lib = torch.library.Library("flagos_test_launch_cache", "DEF")
     kernels_ = {"axpy": axpy_kernel, "two_launches": two_launches, "temporary": temporary,
@@ -95,7 +102,9 @@ def ops(sim_kernel_image):
         launch_cache.register(f"flagos_test_launch_cache::{name}", "flagos", fn)
     lib.define("by_mode(Tensor x, Tensor y, float alpha, str mode) -> Tensor")
     launch_cache.register("flagos_test_launch_cache::by_mode", "flagos", by_mode)
-    lib.define("unkeyed_list(Tensor x, Tensor[] ys, float alpha) -> Tensor")
+    lib.define("list_sum(Tensor[] xs, float alpha) -> Tensor")
+    launch_cache.register("flagos_test_launch_cache::list_sum", "flagos", list_sum)
+    lib.define("unkeyed_list(Tensor x, Tensor y, float[] alphas) -> Tensor")
     launch_cache.register("flagos_test_launch_cache::unkeyed_list", "flagos", unkeyed_list)
     yield torch.ops.flagos_test_launch_cache
     lib._destroy()
@@ -229,11 +238,31 @@ def test_a_string_argument_is_part_of_the_key(ops) -> None:
     assert _delta(before) == {"relaunched": 3, "python": 4, "kept": 4, "unkeyed": 0}
 
 
+def test_a_list_of_tensors_is_keyed_and_its_elements_relaunched(ops) -> None:
+    # cat's and stack's inputs: each element keyed, each pointer relaunched as this call's
+    before = launch_cache.stats()
+    for n in (2, 3, 2, 3, 3):
+        xs = [_randn(16) for _ in range(n)]
+        want = 0.5 * xs[0] + xs[1]
+        for x in xs[2:]:
+            want = 0.5 * x + want
+        torch.testing.assert_close(ops.list_sum(xs, 0.5).cpu(), want.cpu())
+    assert _python_calls == ["list_sum 2", "list_sum 3"]
+    assert _delta(before) == {"relaunched": 3, "python": 2, "kept": 2, "unkeyed": 0}
+    xs = [_randn(16), _randn(16)]
+    calls = len(_python_calls)
+    # one tensor twice: its pointer is two elements', so the call is not kept, and the
+    # next call of that key runs Python again (a relaunch would read element 0 twice)
+    torch.testing.assert_close(ops.list_sum([xs[0], xs[0]], 1.0).cpu(), (2 * xs[0]).cpu())
+    torch.testing.assert_close(ops.list_sum(xs, 1.0).cpu(), (xs[0] + xs[1]).cpu())
+    assert len(_python_calls) == calls + 2
+
+
 def test_arguments_of_kinds_not_keyed_always_run_python(ops) -> None:
     before = launch_cache.stats()
     for _ in range(2):
         x, y = _randn(8), _randn(8)
-        torch.testing.assert_close(ops.unkeyed_list(x, [y], 1.0).cpu(), (x + y).cpu())
+        torch.testing.assert_close(ops.unkeyed_list(x, y, [1.0]).cpu(), (x + y).cpu())
     assert _delta(before) == {"relaunched": 0, "python": 2, "kept": 0, "unkeyed": 2}
 
 
@@ -253,7 +282,7 @@ def test_calls_that_cannot_be_kept_are_not_recorded(ops) -> None:
     # Recording costs (kernels watched for device work, launches described): a call the
     # cache cannot key, or any call while it is disabled, runs its kernel unrecorded.
     x, y = _randn(8), _randn(8)
-    ops.unkeyed_list(x, [y], 1.0)
+    ops.unkeyed_list(x, y, [1.0])
     with launch_cache.disabled():
         ops.axpy(x, y, 1.0)
     ops.axpy(x, y, 1.0)

@@ -19,7 +19,7 @@ argument each pointer is) and its results' shapes depend on its arguments' metad
 and that the launches are the kernel's whole device work; the code that launches records
 only calls where that holds, and a recorded call that runs an ATen op that computes (a
 fill, a copy, arithmetic: work a relaunch would not do) is not kept. Launches are kept only where every pointer they pass is the data pointer of
-exactly one argument or result, or, on flagos tensors, points into exactly one
+exactly one argument, element of a list argument or result, or, on flagos tensors, points into exactly one
 block of flagos memory the kernel allocated that is not a result (a temporary, allocated
 again at each relaunch), and the results are fresh tensors; at most 16 launches a call.
 

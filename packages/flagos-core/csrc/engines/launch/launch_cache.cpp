@@ -44,7 +44,7 @@ struct KeyHash {
 };
 
 enum Tag : int64_t { kNone = -1, kTensor = -2, kInt = -3, kDouble = -4, kBool = -5, kInts = -6,
-                     kUndefined = -7, kString = -8 };
+                     kUndefined = -7, kString = -8, kTensors = -9 };
 
 bool key_tensor(const at::Tensor& t, Key& k) {
   if (!t.defined()) {
@@ -89,6 +89,12 @@ bool make_key(const torch::jit::Stack& stack, size_t n, Key& k) {
       k.words.push_back(kInts);
       k.words.push_back(static_cast<int64_t>(list.size()));
       for (int64_t x : list) k.words.push_back(x);
+    } else if (v.isTensorList()) {  // cat's, stack's inputs: each element keyed
+      auto list = v.toTensorList();
+      k.words.push_back(kTensors);
+      k.words.push_back(static_cast<int64_t>(list.size()));
+      for (const at::Tensor& t : list)
+        if (!key_tensor(t, k)) return false;
     } else if (v.isString()) {  // a mode ("tanh", "mean"): its bytes, 8 a word
       const std::string& str = v.toStringRef();
       k.words.push_back(kString);
@@ -118,9 +124,11 @@ struct Result {
 };
 
 struct Param {
-  enum Kind : uint8_t { kArgPointer, kResultPointer, kTempPointer, kValue } kind;
+  enum Kind : uint8_t { kArgPointer, kListPointer, kResultPointer, kTempPointer, kValue } kind;
   uint32_t index;  // argument, result or temporary; a value's size in bytes
-  uint64_t bits;   // kValue: the value; kTempPointer: the offset into the temporary
+  // kValue: the value; kTempPointer: the offset into the temporary; kListPointer: the
+  // element of the argument (a list of tensors)
+  uint64_t bits;
   // a pointer that is a tensor descriptor's base: the descriptor is passed, encoded anew
   std::shared_ptr<const flagos_tensor_descriptor_info_t> descriptor = nullptr;
 };
@@ -223,8 +231,13 @@ std::optional<Launch> resolve(const Recorded& rec, const std::vector<c10::IValue
     // made as empty_strided makes it: no larger buffer the kernel might address
     if (r.storage().nbytes() != at::detail::computeStorageNbytes(r.sizes(), r.strides(), r.itemsize()))
       return std::nullopt;
-    for (const auto& a : args)  // a fresh result, not one of the arguments' memory
-      if (a.isTensor() && a.toTensor().defined() && a.toTensor().is_alias_of(r)) return std::nullopt;
+    auto aliases = [&](const at::Tensor& a) { return a.defined() && a.is_alias_of(r); };
+    for (const auto& a : args) {  // a fresh result, not one of the arguments' memory
+      if (a.isTensor() && aliases(a.toTensor())) return std::nullopt;
+      if (a.isTensorList())
+        for (const at::Tensor& t : a.toTensorList())
+          if (aliases(t)) return std::nullopt;
+    }
     results.push_back(r);
     l.results.push_back({r.sizes().vec(), r.strides().vec(), r.scalar_type(), r.device(),
                          reinterpret_cast<uintptr_t>(r.data_ptr()) % 16 == 0});
@@ -258,15 +271,21 @@ std::optional<Launch> resolve(const Recorded& rec, const std::vector<c10::IValue
       }
       std::optional<Param> source;
       int matches = 0;
-      auto match = [&](const at::Tensor& t, Param::Kind kind, uint32_t index) {
+      auto match = [&](const at::Tensor& t, Param::Kind kind, uint32_t index, uint64_t element) {
         if (t.defined() && reinterpret_cast<uintptr_t>(t.data_ptr()) == p.bits) {
           ++matches;
-          source = Param{kind, index, 0};
+          source = Param{kind, index, element};
         }
       };
-      for (size_t i = 0; i < args.size(); ++i)
-        if (args[i].isTensor()) match(args[i].toTensor(), Param::kArgPointer, uint32_t(i));
-      for (size_t i = 0; i < results.size(); ++i) match(results[i], Param::kResultPointer, uint32_t(i));
+      for (size_t i = 0; i < args.size(); ++i) {
+        if (args[i].isTensor()) match(args[i].toTensor(), Param::kArgPointer, uint32_t(i), 0);
+        if (args[i].isTensorList()) {
+          auto list = args[i].toTensorList();
+          for (size_t j = 0; j < list.size(); ++j)
+            match(list.get(j), Param::kListPointer, uint32_t(i), j);
+        }
+      }
+      for (size_t i = 0; i < results.size(); ++i) match(results[i], Param::kResultPointer, uint32_t(i), 0);
       if (matches == 0 && on_flagos) {
         // inside one temporary (not two: a block freed and taken again within the call)
         for (size_t t = 0; t < temporaries.size(); ++t) {
@@ -332,6 +351,10 @@ Relaunch relaunch(const Launch& l, torch::jit::Stack* stack, size_t num_args, st
       switch (p.kind) {
         case Param::kArgPointer:
           values[i] = reinterpret_cast<uintptr_t>((*stack)[base + p.index].toTensor().data_ptr());
+          break;
+        case Param::kListPointer:
+          values[i] = reinterpret_cast<uintptr_t>(
+              (*stack)[base + p.index].toTensorList().get(p.bits).data_ptr());
           break;
         case Param::kResultPointer:
           values[i] = reinterpret_cast<uintptr_t>(results[p.index].data_ptr());
