@@ -478,6 +478,56 @@ def test_a_kernel_librarys_replayable_calls_are_relaunched_without_a_twin(axpy):
         lib._destroy()
 
 
+class _BelowModesProvider(_AxpyProvider):
+    """A provider whose kernel makes its input contiguous, or fills a buffer it then reads,
+    where Python's dispatch modes do not see it (as a C++ kernel would)."""
+
+    def __init__(self, kernel, work: str) -> None:
+        super().__init__(kernel)
+        self.name = f"hal_kernels_below_modes_{work}"
+        self.replayable_ops = frozenset({f"flagos_test_below_modes_{work}::axpy"})
+        self.work = work
+
+    def __call__(self, op, args, kwargs):
+        self.calls += 1
+        x, y, alpha = args
+        with torch._C._DisableTorchDispatch():
+            if self.work == "copy":
+                x = x.contiguous()
+            else:
+                y = torch.empty(x.shape, device=x.device)
+                y.fill_(1.0) if self.work == "fill" else y.zero_()
+        return _launch(self.kernel, x, y, alpha)
+
+
+@pytest.mark.parametrize("work", ["copy", "fill", "zero"])
+def test_device_work_below_pythons_dispatch_modes_is_not_kept(axpy, work):
+    # The launch reads a temporary that only the copy or fill wrote: a relaunch (a fresh
+    # temporary, no copy) would read garbage. The runtime's own copy and fill kernels spoil
+    # the recording, however the kernel reached them.
+    ns = f"flagos_test_below_modes_{work}"
+    lib = torch.library.Library(ns, "DEF")
+    lib.define("axpy(Tensor x, Tensor y, float alpha) -> Tensor")
+    lib.impl("axpy", lambda x, y, alpha: alpha * x + y, "CPU")
+    provider = _BelowModesProvider(axpy, work)
+    flagos.routing.register_provider(provider)
+    op = getattr(torch.ops, ns).axpy
+    before = launch_cache.stats()
+    try:
+        with flagos.routing.override({f"{ns}::axpy": [provider.name]}):
+            for _ in range(3):
+                x, y = torch.randn(10, 6), torch.randn(6, 10)
+                want = 2 * x.mT + (y if work == "copy" else 1.0 if work == "fill" else 0.0)
+                torch.testing.assert_close(op(x.to("flagos").mT, y.to("flagos"), 2.0).cpu(),
+                                           want)
+        after = launch_cache.stats()
+        assert provider.calls == 3  # each call through Python
+        assert after["kept"] == before["kept"] and after["python"] == before["python"] + 3
+    finally:
+        flagos.routing.reset()
+        lib._destroy()
+
+
 TRITON_WITHOUT_A_BACKEND_DEVICE = '''
 import pathlib, sys, tempfile, textwrap
 import torch, flagos

@@ -7,6 +7,7 @@
 // out^T = b^T @ a^T, each operand passed as is (N) or transposed (T) by its strides.
 #include <ATen/ExpandUtils.h>
 #include <ATen/ops/empty.h>
+#include <c10/core/CachingDeviceAllocator.h>
 
 #include <vector>
 
@@ -51,18 +52,36 @@ std::optional<Operand> operand(const at::Tensor& t) {
   return std::nullopt;
 }
 
-// One handle per thread and device (cuBLAS handles are not for concurrent use); the
+// One handle per thread, device and cuBLAS (handles are not for concurrent use), kept for
+// the thread's life: a library is never closed, and the manifest bound again (a routes
+// reload) names the same cuBLAS, whose handle is reused rather than made anew. The
 // library's helpers are [cublasCreate_v2, cublasSetStream_v2].
+constexpr int kStatusAllocFailed = 3;  // CUBLAS_STATUS_ALLOC_FAILED
+
 cublasHandle_t handle_for(const Binding& b, c10::DeviceIndex device) {
-  thread_local std::vector<std::pair<const Binding*, cublasHandle_t>> handles(64);
-  auto& slot = handles.at(size_t(device));
-  if (slot.first != &b || !slot.second) {
-    cublasHandle_t h = nullptr;
-    int st = reinterpret_cast<Create>(b.helpers.at(0))(&h);
-    TORCH_CHECK(st == 0 && h, "flagos native: cublasCreate failed (status ", st, ")");
-    slot = {&b, h};
+  struct Slot {
+    c10::DeviceIndex device;
+    void* create;
+    cublasHandle_t handle;
+  };
+  thread_local std::vector<Slot> handles;
+  void* create = b.helpers.at(0);
+  for (const Slot& s : handles)
+    if (s.device == device && s.create == create) return s.handle;
+  cublasHandle_t h = nullptr;
+  int st = reinterpret_cast<Create>(create)(&h);
+  if (st == kStatusAllocFailed) {
+    // cuBLAS allocates device memory of its own, which flagos' cache may be holding.
+    c10::getDeviceAllocator(c10::DeviceType::PrivateUse1)->emptyCache();
+    st = reinterpret_cast<Create>(create)(&h);
   }
-  return slot.second;
+  TORCH_CHECK_WITH(OutOfMemoryError, st != kStatusAllocFailed,
+                   "flagos native: cuBLAS could not allocate the device memory of a handle on "
+                   "flagos:", device, " (cublasCreate: CUBLAS_STATUS_ALLOC_FAILED), even after "
+                   "flagos released its cached blocks; free tensors, or route mm to another provider");
+  TORCH_CHECK(st == 0 && h, "flagos native: cublasCreate failed (status ", st, ")");
+  handles.push_back({device, create, h});
+  return h;
 }
 
 }  // namespace

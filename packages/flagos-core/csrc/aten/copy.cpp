@@ -16,6 +16,7 @@
 #include "aten/copy.h"
 #include "capture/capture_state.h"
 #include "capture/host_tasks.h"
+#include "engines/launch/launch_cache.h"
 #include "runtime/device_activity.h"
 #include "runtime/hal_raise.h"
 #include "runtime/host_allocator.h"
@@ -250,6 +251,9 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   TORCH_CHECK(at::is_expandable_to(self.sizes(), dst.sizes()) || self.numel() == dst.numel(),
               "flagos copy: size mismatch ", self.sizes(), " vs ", dst.sizes());
   if (dst.numel() == 0) return dst;
+  // Device work a launch-cache relaunch would not repeat, however the kernel reached it
+  // (a copy made below Python's dispatch modes, or by a C++ kernel).
+  spoil_launch_recording();
   at::Tensor src = self;
   if ((src.is_conj() || src.is_neg()) && is_flagos(src)) {
     // Resolve lazy conjugate/negative bits on the host: resolving them on flagos would

@@ -21,6 +21,7 @@
 #include "aten/copy.h"
 #include "capture/capture_state.h"
 #include "capture/host_tasks.h"
+#include "engines/launch/launch_cache.h"
 #include "runtime/allocator.h"
 #include "runtime/device_activity.h"
 #include "runtime/resize.h"
@@ -138,6 +139,7 @@ at::Scalar local_scalar_dense(const at::Tensor& self) {
 
 at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
   if (self.numel() == 0) return self;
+  spoil_launch_recording();  // device work a launch-cache relaunch would not repeat
   auto device = self.device().index();
   if (host_addressable(device) && capture::current_stream_capturing(device)) {
     // Recorded on the stream, run at each replay (capture/host_tasks.h).
@@ -167,6 +169,7 @@ at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
 
 at::Tensor& zero_(at::Tensor& self) {
   if (self.numel() == 0) return self;
+  spoil_launch_recording();  // device work a launch-cache relaunch would not repeat
   if (self.is_non_overlapping_and_dense()) {
     // One HAL memset over the span, queued on the current stream.
     auto device = self.device().index();
@@ -228,6 +231,7 @@ void resize_storage_bytes(const c10::Storage& storage, size_t new_bytes) {
   c10::DataPtr new_data = device_allocator()->allocate(new_bytes);
   size_t keep = std::min(new_bytes, impl->nbytes());
   if (keep > 0) {
+    spoil_launch_recording();  // the kept bytes' copy: a relaunch would not repeat it
     auto device = storage.device().index();
     const auto& hal = hal_of(device);
     FLAGOS_HAL_CHECK(hal, hal.memcpy_async(new_data.get(), impl->data(), keep,
