@@ -109,6 +109,19 @@ def test_admitted_ops_round_trip_with_their_digests(tmp_path) -> None:
     assert read_admitted(tmp_path / "absent.toml") == {}
 
 
+def test_a_fused_adapters_digest_is_its_flaggems_functions() -> None:
+    # An admitted _fused_rms_norm is replayed while FlagGems' RMS norm source is the one
+    # admitted: the adapter's digest is that of the function it serves with.
+    import json
+
+    from flagos_ops_gems._fused_adapters import _adapters
+    from flagos_ops_gems.replay_admission import source_digest
+
+    adapters = _adapters(json.dumps, json.loads)
+    assert source_digest(adapters["aten::_fused_rms_norm"]) == source_digest(json.dumps)
+    assert source_digest(adapters["aten::_fused_rms_norm_backward"]) == source_digest(json.loads)
+
+
 def test_every_training_step_op_has_samples_in_its_aten_form() -> None:
     # OpInfo entries test Python functions; the admission calls ATen overloads, some of
     # another schema (_softmax, nll_loss_forward, the backwards): each gets samples it takes.

@@ -160,6 +160,8 @@ def _op_table(flag_gems, no_twin: bool = False,
         table["aten::multinomial"] = draws_from_given_generator(table["aten::multinomial"])
     for op, fn in fused_kernels(flag_gems).items():
         table.setdefault(op, fn)
+        if functions is not None:
+            functions.setdefault(op, fn)
     if "aten::native_layer_norm" in table:
         table["aten::native_layer_norm"] = layer_norm_statistics_as_aten(
             table["aten::native_layer_norm"])

@@ -71,6 +71,10 @@ def _adapters(forward: Callable, backward: Callable) -> dict[str, Callable]:
         return (dx.view(input.shape) if output_mask[0] else None,
                 dw.view(weight.shape) if output_mask[1] else None)
 
+    # What each adapter serves with: FlagGems' function, whose source a replay admission's
+    # digest covers (replay_admission.source_digest unwraps to it).
+    fused_rms_norm.__wrapped__ = forward
+    fused_rms_norm_backward.__wrapped__ = backward
     return {"aten::_fused_rms_norm": fused_rms_norm,
             "aten::_fused_rms_norm_backward": fused_rms_norm_backward}
 
