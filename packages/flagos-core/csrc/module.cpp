@@ -291,6 +291,7 @@ PYBIND11_MODULE(_C, m) {
     return d;
   });
   // without the GIL: a thread keeping a launch may wait for it while holding a cache lock
+  m.def("_launch_cache_not_kept", &flagos::launch_cache_not_kept);
   m.def("_launch_cache_clear", &flagos::clear_launch_cache, py::call_guard<py::gil_scoped_release>());
   m.def("_launch_cache_set_enabled", &flagos::set_launch_cache_enabled);
   m.def("_launch_cache_enabled", &flagos::launch_cache_enabled);

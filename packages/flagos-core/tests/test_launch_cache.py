@@ -173,14 +173,22 @@ def test_several_launches_are_kept_and_run_in_order(ops) -> None:
     assert _delta(before) == {"relaunched": 2, "python": 1, "kept": 1, "unkeyed": 0}
 
 
-@pytest.mark.parametrize("op", ["temporary", "aliased", "padded", "zeroed"])
-def test_launches_a_kept_one_could_get_wrong_are_not_kept(ops, op: str) -> None:
-    before = launch_cache.stats()
+@pytest.mark.parametrize(("op", "why"), [
+    ("temporary", "device work besides its launches"),
+    ("aliased", "a result that is no fresh tensor"),
+    ("padded", "a result that is no fresh tensor"),
+    ("zeroed", "device work besides its launches")])
+def test_launches_a_kept_one_could_get_wrong_are_not_kept(ops, op: str, why: str) -> None:
+    before, before_not_kept = launch_cache.stats(), launch_cache.not_kept()
     for _ in range(3):
         x, y = _randn(16), _randn(16)
         want = 1.5 * x + y
         torch.testing.assert_close(getattr(ops, op)(x, y, 1.5).cpu(), want.cpu())
     assert _delta(before) == {"relaunched": 0, "python": 3, "kept": 0, "unkeyed": 0}
+    # each call counted once, under why it was not kept
+    not_kept = {r: n - before_not_kept.get(r, 0) for r, n in launch_cache.not_kept().items()}
+    assert {r: n for r, n in not_kept.items() if n} == {
+        next(r for r in not_kept if r.startswith(why)): 3}
 
 
 def test_a_kernel_running_another_cached_op_is_not_kept(ops) -> None:

@@ -92,6 +92,7 @@ def test_only_a_kernel_made_of_launches_that_compute_right_is_admitted(run_pytho
     assert admitted == "True" and samples == "3" and int(relaunched) >= 2, r.stdout
     assert lines["flagos_test_admit::with_aten"][0] == "False", r.stdout
     assert "never relaunched" in " ".join(lines["flagos_test_admit::with_aten"]), r.stdout
+    assert "device work besides its launches" in " ".join(lines["flagos_test_admit::with_aten"])
     assert lines["flagos_test_admit::wrong"][0] == "False", r.stdout
     assert "differs from the CPU" in " ".join(lines["flagos_test_admit::wrong"]), r.stdout
 

@@ -40,8 +40,8 @@ from flagos import _C
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["clear", "disabled", "hal_device_for", "pack_params", "param_kinds", "recording", "register",
-           "spoil_recording", "stats", "triton_hook_set", "watched"]
+__all__ = ["clear", "disabled", "hal_device_for", "not_kept", "pack_params", "param_kinds",
+           "recording", "register", "spoil_recording", "stats", "triton_hook_set", "watched"]
 
 # Triton's scalar parameter types (the compiled kernel's signature) as C sizes
 _INT_BYTES = {"i1": 1, "i8": 1, "i16": 2, "i32": 4, "i64": 8, "u1": 1, "u8": 1, "u16": 2,
@@ -185,6 +185,14 @@ def stats() -> dict[str, int]:
     the Python kernel), ``kept`` (calls whose launches were kept), ``unkeyed`` (calls with
     arguments of a kind not keyed)."""
     return dict(_C._launch_cache_stats())
+
+
+def not_kept() -> dict[str, int]:
+    """Recorded calls whose launches were not kept, counted by why (the first reason each
+    call met: device work besides its launches, a result that is no fresh tensor, a pointer
+    to memory that is no argument, result or temporary, ...), since start. What to read
+    when an op meant to be relaunched keeps running its Python kernel."""
+    return dict(_C._launch_cache_not_kept())
 
 
 def clear() -> None:

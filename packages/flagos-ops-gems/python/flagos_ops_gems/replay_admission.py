@@ -255,7 +255,7 @@ def check_op(op: str, samples: Iterable[Sample], provider: str,
     name, _, overload = rest.partition(".")
     overload_fn = getattr(getattr(getattr(torch.ops, ns), name), overload or "default")
     tolerance = tolerance or (lambda t: {})
-    before = launch_cache.stats()
+    before, before_not_kept = launch_cache.stats(), launch_cache.not_kept()
     count = 0
     import flagos.routing
 
@@ -291,8 +291,10 @@ def check_op(op: str, samples: Iterable[Sample], provider: str,
     if not count:
         return Verdict(op, False, 0, 0, "no sample")
     if not relaunched:
-        return Verdict(op, False, count, 0, "never relaunched: its calls were not kept (they "
-                       "compute with ATen, or launch otherwise than through the HAL)")
+        why = {r: n - before_not_kept.get(r, 0) for r, n in launch_cache.not_kept().items()}
+        why = ", ".join(f"{r} ({n})" for r, n in sorted(why.items(), key=lambda i: -i[1]) if n)
+        return Verdict(op, False, count, 0, "never relaunched: its calls were not kept: "
+                       f"{why or 'none was recorded (its kernel is no replayable one here)'}")
     return Verdict(op, True, count, relaunched, "")
 
 

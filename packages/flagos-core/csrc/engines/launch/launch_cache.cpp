@@ -11,7 +11,9 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <shared_mutex>
 #include <unordered_map>
 
@@ -156,11 +158,43 @@ struct RecordedLaunch {
   std::vector<LaunchParam> params;
 };
 struct Recorded {
-  bool valid = true;  // false: some of the kernel's work could not be kept
+  const char* not_kept = nullptr;  // why some of the kernel's work could not be kept
   std::vector<RecordedLaunch> launches;
   AllocationLog allocations;
 };
 thread_local Recorded* recording = nullptr;
+
+// Why a recorded call was not kept (launch_cache_not_kept), the first reason each call met.
+constexpr const char* kDeviceWork =
+    "device work besides its launches (an ATen op that computes, a copy or a fill)";
+constexpr const char* kTooManyLaunches = "more launches than a call keeps (16)";
+constexpr const char* kTooManyParams = "a launch with more parameters than a kept launch takes";
+constexpr const char* kOtherStream = "a launch on another stream than the current one";
+constexpr const char* kNested = "another launch-cached op ran inside it";
+constexpr const char* kNoLaunches = "no launch through the HAL";
+constexpr const char* kResultNotFresh =
+    "a result that is no fresh tensor (a view, an argument's memory, a larger buffer)";
+constexpr const char* kNoResults = "no tensor result";
+constexpr const char* kOtherDevice = "a kernel of another device than its results'";
+constexpr const char* kUnknownPointer =
+    "a pointer to memory that is no argument, result or temporary of the call";
+constexpr const char* kAmbiguousPointer = "a pointer to the memory of two of its tensors";
+constexpr const char* kUnalignedTemporary = "a temporary not 16-byte aligned";
+constexpr const char* kDescriptor = "a tensor descriptor without a base pointer";
+
+std::mutex not_kept_mutex;
+std::map<std::string, int64_t>& not_kept_counts() {
+  static auto* counts = new std::map<std::string, int64_t>();
+  return *counts;
+}
+void count_not_kept(const char* why) {
+  std::lock_guard<std::mutex> lock(not_kept_mutex);
+  ++not_kept_counts()[why];
+}
+
+void spoil(Recorded* rec, const char* why) {
+  if (rec && !rec->not_kept) rec->not_kept = why;
+}
 
 }  // namespace
 
@@ -217,32 +251,32 @@ bool launchable_for(c10::Device device, c10::DeviceIndex hal_device) {
 }
 
 // The recorded launches' parameters resolved against one call: argument, result and
-// temporary pointers.
+// temporary pointers; nullopt with `why` set where they cannot be kept.
 std::optional<Launch> resolve(const Recorded& rec, const std::vector<c10::IValue>& args,
-                              const torch::jit::Stack& stack, size_t num_results) {
+                              const torch::jit::Stack& stack, size_t num_results, const char*& why) {
   Launch l;
   std::vector<at::Tensor> results;
   for (size_t i = stack.size() - num_results; i < stack.size(); ++i) {
-    if (!stack[i].isTensor()) return std::nullopt;
+    if (!stack[i].isTensor()) return why = kNoResults, std::nullopt;
     const at::Tensor& r = stack[i].toTensor();
     if (!r.defined() || r.layout() != c10::kStrided || r.storage_offset() != 0 || r.is_conj() ||
         r.is_neg())
-      return std::nullopt;
+      return why = kResultNotFresh, std::nullopt;
     // made as empty_strided makes it: no larger buffer the kernel might address
     if (r.storage().nbytes() != at::detail::computeStorageNbytes(r.sizes(), r.strides(), r.itemsize()))
-      return std::nullopt;
+      return why = kResultNotFresh, std::nullopt;
     auto aliases = [&](const at::Tensor& a) { return a.defined() && a.is_alias_of(r); };
     for (const auto& a : args) {  // a fresh result, not one of the arguments' memory
-      if (a.isTensor() && aliases(a.toTensor())) return std::nullopt;
+      if (a.isTensor() && aliases(a.toTensor())) return why = kResultNotFresh, std::nullopt;
       if (a.isTensorList())
         for (const at::Tensor& t : a.toTensorList())
-          if (aliases(t)) return std::nullopt;
+          if (aliases(t)) return why = kResultNotFresh, std::nullopt;
     }
     results.push_back(r);
     l.results.push_back({r.sizes().vec(), r.strides().vec(), r.scalar_type(), r.device(),
                          reinterpret_cast<uintptr_t>(r.data_ptr()) % 16 == 0});
   }
-  if (results.empty()) return std::nullopt;
+  if (results.empty()) return why = kNoResults, std::nullopt;
   l.device = results.front().device();
   // Temporaries: what the kernel allocated on the device that is no result. Only on flagos
   // tensors, where all of a kernel's device memory comes from the flagos allocator.
@@ -262,9 +296,9 @@ std::optional<Launch> resolve(const Recorded& rec, const std::vector<c10::IValue
     run.hal_kernel = rl.hal_kernel;
     run.keepalive = rl.keepalive;
     // a HAL kernel belongs to the device its module was loaded on
-    if (!launchable_for(l.device, rl.hal_kernel.device)) return std::nullopt;
+    if (!launchable_for(l.device, rl.hal_kernel.device)) return why = kOtherDevice, std::nullopt;
     for (const LaunchParam& p : rl.params) {
-      if (p.descriptor && p.bits == 0) return std::nullopt;
+      if (p.descriptor && p.bits == 0) return why = kDescriptor, std::nullopt;
       if (!p.pointer || p.bits == 0) {
         run.params.push_back({Param::kValue, p.bytes, p.bits});
         continue;
@@ -291,7 +325,8 @@ std::optional<Launch> resolve(const Recorded& rec, const std::vector<c10::IValue
         for (size_t t = 0; t < temporaries.size(); ++t) {
           auto [ptr, bytes] = temporaries[t];
           if (p.bits < ptr || p.bits >= ptr + std::max<size_t>(bytes, 1)) continue;
-          if (ptr % 16) return std::nullopt;  // a relaunch's block may align differently
+          // a relaunch's block may align differently
+          if (ptr % 16) return why = kUnalignedTemporary, std::nullopt;
           ++matches;
           if (temporary_index[t] < 0) {
             temporary_index[t] = static_cast<int64_t>(l.temporaries.size());
@@ -300,7 +335,7 @@ std::optional<Launch> resolve(const Recorded& rec, const std::vector<c10::IValue
           source = Param{Param::kTempPointer, uint32_t(temporary_index[t]), p.bits - ptr};
         }
       }
-      if (matches != 1) return std::nullopt;  // unknown memory, or ambiguous
+      if (matches != 1) return why = matches ? kAmbiguousPointer : kUnknownPointer, std::nullopt;
       source->descriptor = p.descriptor;
       run.params.push_back(*source);
     }
@@ -390,9 +425,7 @@ Relaunch relaunch(const Launch& l, torch::jit::Stack* stack, size_t num_args, st
 
 // Device work of a cached op inside another's Python kernel (its own recorded or kept
 // launches): the enclosing kernel's recorded launches would not be its whole work.
-void invalidate_enclosing_recording() {
-  if (recording) recording->valid = false;
-}
+void invalidate_enclosing_recording() { spoil(recording, kNested); }
 
 // Closes this thread's recording on scope exit, restoring an enclosing one (a cached op
 // called from another's Python kernel records its own launch, and the enclosing one is
@@ -461,9 +494,15 @@ bool run_launch_cached(LaunchTable& table, const c10::OperatorHandle& op, torch:
   if (keyed) args.assign(stack->end() - num_args, stack->end());
   RecordingScope scope(keyed);
   if (!python()) return false;
-  if (!keyed || scope.rec.launches.empty() || !scope.rec.valid) return true;
-  auto l = resolve(scope.rec, args, *stack, num_results);
-  if (!l) return true;
+  if (!keyed) return true;
+  const char* why = scope.rec.not_kept;
+  if (!why && scope.rec.launches.empty()) why = kNoLaunches;
+  std::optional<Launch> l;
+  if (!why) l = resolve(scope.rec, args, *stack, num_results, why);
+  if (!l) {
+    count_not_kept(why);
+    return true;
+  }
   // Made and (if another thread kept one first) destroyed outside the lock: a Python
   // reference is released with the GIL, which a thread waiting on the lock may hold.
   std::shared_ptr<const Launch> made = std::make_shared<const Launch>(std::move(*l));
@@ -539,8 +578,12 @@ bool record_hal_launch(const KernelLaunch& launch, std::vector<LaunchParam> para
                        const PyObjectRef& keepalive, bool on_current_stream) {
   Recorded* rec = recording;
   if (!rec) return false;
-  if (rec->launches.size() >= kMaxLaunches || params.size() > kMaxParams || !on_current_stream) {
-    rec->valid = false;
+  const char* why = rec->launches.size() >= kMaxLaunches ? kTooManyLaunches
+                    : params.size() > kMaxParams            ? kTooManyParams
+                    : !on_current_stream                    ? kOtherStream
+                                                            : nullptr;
+  if (why) {
+    spoil(rec, why);
     return true;
   }
   RecordedLaunch& l = rec->launches.emplace_back();
@@ -559,8 +602,11 @@ c10::DeviceIndex hal_device_for(c10::Device device) {
   return -1;
 }
 
-void spoil_launch_recording() {
-  if (recording) recording->valid = false;
+void spoil_launch_recording() { spoil(recording, kDeviceWork); }
+
+std::vector<std::pair<std::string, int64_t>> launch_cache_not_kept() {
+  std::lock_guard<std::mutex> lock(not_kept_mutex);
+  return {not_kept_counts().begin(), not_kept_counts().end()};
 }
 
 std::vector<LaunchParam> launch_params(const std::vector<std::tuple<bool, int, uint64_t>>& params) {

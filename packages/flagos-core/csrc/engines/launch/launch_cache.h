@@ -36,6 +36,7 @@
 #include <string>
 #include <tuple>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "engines/launch/hal_kernels.h"
@@ -112,6 +113,8 @@ struct LaunchCacheStats {
   int64_t unkeyed = 0;     // calls whose arguments cannot be keyed
 };
 LaunchCacheStats launch_cache_stats();
+// Recorded calls not kept, by why (the first reason each met), since start.
+std::vector<std::pair<std::string, int64_t>> launch_cache_not_kept();
 // Drops every kept launch (the next call of each key runs Python again).
 void clear_launch_cache();
 void set_launch_cache_enabled(bool enabled);
