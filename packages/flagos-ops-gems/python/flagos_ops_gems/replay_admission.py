@@ -8,9 +8,10 @@ cache records a call's launches and repeats them from C++ for later calls with t
 key, without Python (:func:`flagos.provider_api.set_replayable`). Which ops qualify is
 data, ``replayable.toml`` next to this module, and each entry is proven, not assumed:
 :func:`check_op` runs the op's OpInfo samples, each also non-contiguous (and
-channels-last where 4-d), twice through the provider with the op declared replayable.
-The second call, relaunched from C++, must equal the first exactly, the first must match
-the CPU, and at least one call must have been relaunched. An entry keeps a digest of the
+channels-last where 4-d), three times through the provider with the op declared
+replayable (an autotuned kernel's first call times its configs and is not kept; the next
+is). The three calls must be equal exactly, the first must match the CPU, and at least
+one call must have been relaunched from C++. An entry keeps a digest of the
 FlagGems source serving the op (its module and FlagGems' shared kernel machinery), so an
 op that a FlagGems release changes drops out until it is admitted again.
 
@@ -213,15 +214,16 @@ def _on(device: str, sample: Sample) -> Sample:
     return tree_map(move, sample[0]), tree_map(move, sample[1])
 
 
-def _difference(index: int, expected, first, second, tolerance: dict | None = None) -> str:
-    """How a relaunched result differs from the recorded call's, and which of the two
-    matches the CPU (within ``tolerance``, the admission's): rounding (a few elements, last
-    bits) reads otherwise than garbage."""
+def _difference(index: int, expected, first, second, tolerance: dict | None = None,
+                labels: tuple[str, str] = ("recorded", "relaunched")) -> str:
+    """How a later call's result differs from an earlier one's (``labels`` name the two
+    calls), and which of the two matches the CPU (within ``tolerance``, the admission's):
+    rounding (a few elements, last bits) reads otherwise than garbage."""
     import torch
 
     if first.shape != second.shape or first.stride() != second.stride():
-        return (f"result {index} {tuple(first.shape)}/{first.stride()} recorded, "
-                f"{tuple(second.shape)}/{second.stride()} relaunched")
+        return (f"result {index} {tuple(first.shape)}/{first.stride()} {labels[0]}, "
+                f"{tuple(second.shape)}/{second.stride()} {labels[1]}")
     a, b = first.cpu().nan_to_num(), second.cpu().nan_to_num()
     unequal = a != b
     gap = (a.double() - b.double()).abs().max().item() if a.is_floating_point() else "-"
@@ -234,7 +236,7 @@ def _difference(index: int, expected, first, second, tolerance: dict | None = No
         return "yes"
 
     return (f"result {index}: {int(unequal.sum())} of {a.numel()} elements differ, max "
-            f"|difference| {gap}; matches the CPU: recorded {matches(first)}, relaunched "
+            f"|difference| {gap}; matches the CPU: {labels[0]} {matches(first)}, {labels[1]} "
             f"{matches(second)}")
 
 
@@ -242,9 +244,11 @@ def check_op(op: str, samples: Iterable[Sample], provider: str,
              tolerance: Callable[[object], dict] | None = None,
              declared: Iterable[str] = ()) -> Verdict:
     """Run each sample (CPU tensors) of ``op`` (``"aten::add.Tensor"`` or a custom
-    ``"ns::name"``) twice on flagos through ``provider`` with the op replayable, against
-    the CPU. The second call of a sample is the launch cache's relaunch where the first was
-    kept; it must equal the first exactly. ``declared``: the provider's replayable ops
+    ``"ns::name"``) three times on flagos through ``provider`` with the op replayable,
+    against the CPU. A call is the launch cache's relaunch where an earlier one was kept
+    (an autotuned kernel's first call, which times its configs, is not: the second is
+    recorded, the third relaunched); the three must be equal exactly. ``declared``: the
+    provider's replayable ops
     before and after the check. A sample whose arguments the op does not take on the CPU
     is left out (OpInfo samples are the Python function's)."""
     import torch
@@ -269,16 +273,25 @@ def check_op(op: str, samples: Iterable[Sample], provider: str,
                 except (RuntimeError, TypeError, ValueError):
                     continue
                 args, kwargs = _on("flagos", sample)
+                calls, labels = [], []
                 try:
-                    first, second = (overload_fn(*args, **kwargs) for _ in range(2))
+                    for n in range(3):
+                        relaunches = launch_cache.stats()["relaunched"]
+                        calls.append(_tensors(overload_fn(*args, **kwargs)))
+                        how = ("relaunched" if launch_cache.stats()["relaunched"] > relaunches
+                               else "through Python")
+                        labels.append(f"call {n + 1} ({how})")
                 except Exception as err:  # noqa: BLE001 - the verdict names it
                     return Verdict(op, False, count, 0, f"raises on flagos: {err!r}"[:200])
-                for i, (e, a, b) in enumerate(zip(_tensors(expected), _tensors(first),
-                                                  _tensors(second), strict=True)):
-                    if not (a.shape == b.shape and a.stride() == b.stride() and
-                            torch.equal(a.cpu().nan_to_num(), b.cpu().nan_to_num())):
-                        return Verdict(op, False, count, 0, "a relaunched call differs from "
-                                       f"its recorded one: {_difference(i, e, a, b, tolerance(e))}")
+                for i, (e, *outs) in enumerate(zip(_tensors(expected), *calls, strict=True)):
+                    for n in (1, 2):
+                        a, b = outs[n - 1], outs[n]
+                        if not (a.shape == b.shape and a.stride() == b.stride() and
+                                torch.equal(a.cpu().nan_to_num(), b.cpu().nan_to_num())):
+                            pair = (labels[n - 1], labels[n])
+                            return Verdict(op, False, count, 0, f"{pair[1]} differs from "
+                                           f"{pair[0]}: {_difference(i, e, a, b, tolerance(e), pair)}")
+                    a = outs[0]
                     try:
                         torch.testing.assert_close(a.cpu(), e, equal_nan=True, **tolerance(e))
                     except AssertionError as err:
