@@ -217,6 +217,8 @@ def bench_decode(cfg: dict, steps: int, prompt: int, rounds: int) -> tuple[list[
         us = statistics.median(times[label])
         with flagos.routing.override(routes):
             gpu = _gpu_us_per_call(step, steps)
+            if label != NATIVE_BF16:
+                notes.append(_launch_cache_note(label, step, steps))
         t_bf16 = t_bf16 or us
         g_bf16 = g_bf16 or gpu
         shape = (f"Llama {cfg['num_hidden_layers']}x{cfg['hidden_size']}, "
@@ -324,6 +326,23 @@ def bench_graph_decode(cfg: dict, steps: int, prompt: int, rounds: int) -> list[
         r.insert(6, round(r[2] / cuda_graph[0], 3) if cuda_graph and r[0] == "flagos" and
                  r[1].endswith("graph") else "-")
     return rows
+
+
+def _launch_cache_note(label: str, step, steps: int) -> str:
+    """How ``steps`` calls of ``step`` went through the launch cache, per token: calls
+    relaunched from C++, calls through Python, and why recorded ones were not kept."""
+    stats, not_kept = launch_cache.stats(), launch_cache.not_kept()
+    for _ in range(steps):
+        step()
+    torch.flagos.synchronize()
+    after = launch_cache.stats()
+    why = {r: n - not_kept.get(r, 0) for r, n in launch_cache.not_kept().items()}
+    why = "; ".join(f"{r}: {n / steps:g}" for r, n in sorted(why.items(), key=lambda i: -i[1])
+                    if n)
+    return (f"launch cache, {label}, per token: "
+            f"{(after['relaunched'] - stats['relaunched']) / steps:g} relaunched, "
+            f"{(after['python'] - stats['python']) / steps:g} through Python"
+            + (f"; not kept: {why}" if why else ""))
 
 
 def _uncached(step):
