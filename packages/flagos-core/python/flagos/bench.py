@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 
 import flagos
+from flagos import launch_cache
 from flagos.bench_results import Plot, Table, write_json
 
 
@@ -224,6 +225,7 @@ def bench_model(native: torch.device, min_time: float, quick: bool) -> Table:
                   plot=Plot("bar", "model", ["throughput ratio"],
                             ylabel="flagos / native throughput", reference=1.0))
     flagos.routing.reset_stats()
+    cache_before, not_kept_before = launch_cache.stats(), launch_cache.not_kept()
     flagos_dev = torch.device("flagos", 0)
     torch.manual_seed(1)
     model = TinyLlama(cfg).to(device=flagos_dev, dtype=dtype)
@@ -264,6 +266,13 @@ def bench_model(native: torch.device, min_time: float, quick: bool) -> Table:
     table.add(f"TinyLlama {cfg.n_layers}x{cfg.dim}", tok / f, tok / c, c / f)
     table.notes.append("flagos ops by provider: " +
                        ", ".join(f"{p} {n}" for p, n in sorted(used.items())))
+    cache = {k: n - cache_before[k] for k, n in launch_cache.stats().items()}
+    if cache["relaunched"] or cache["python"]:
+        why = {r: n - not_kept_before.get(r, 0) for r, n in launch_cache.not_kept().items()}
+        table.notes.append(
+            f"launch cache: {cache['relaunched']} calls relaunched from C++, {cache['python']} "
+            "through Python" + "".join(f"; not kept, {r}: {n}" for r, n in
+                                       sorted(why.items(), key=lambda i: -i[1]) if n))
     table.notes.append("rounds: " + "; ".join(
         f"{name} {', '.join(f'{s * 1e3:.1f}' for s in times)} ms/step"
         for name, times in rounds.items()))
