@@ -494,17 +494,22 @@ class _BelowModesProvider(_AxpyProvider):
         with torch._C._DisableTorchDispatch():
             if self.work == "copy":
                 x = x.contiguous()
+            elif self.work == "fast":  # a hot op's fast kernel on the CPU twin
+                y = torch.ops.aten.mul.Tensor(y, 2.0)
+            elif self.work == "routed":  # a routed op the CPU fallback computes
+                y = torch.ops.aten.sin(y)
             else:
                 y = torch.empty(x.shape, device=x.device)
                 y.fill_(1.0) if self.work == "fill" else y.zero_()
         return _launch(self.kernel, x, y, alpha)
 
 
-@pytest.mark.parametrize("work", ["copy", "fill", "zero"])
+@pytest.mark.parametrize("work", ["copy", "fill", "zero", "fast", "routed"])
 def test_device_work_below_pythons_dispatch_modes_is_not_kept(axpy, work):
-    # The launch reads a temporary that only the copy or fill wrote: a relaunch (a fresh
-    # temporary, no copy) would read garbage. The runtime's own copy and fill kernels spoil
-    # the recording, however the kernel reached them.
+    # The launch reads a temporary that only the copy, fill or routed op wrote: a relaunch
+    # (a fresh temporary, no copy) would read garbage. The runtime's own copy and fill
+    # kernels, and a routed op computed otherwise than by a HAL launch, spoil the
+    # recording, however the kernel reached them.
     ns = f"flagos_test_below_modes_{work}"
     lib = torch.library.Library(ns, "DEF")
     lib.define("axpy(Tensor x, Tensor y, float alpha) -> Tensor")
@@ -514,12 +519,15 @@ def test_device_work_below_pythons_dispatch_modes_is_not_kept(axpy, work):
     op = getattr(torch.ops, ns).axpy
     before = launch_cache.stats()
     try:
-        with flagos.routing.override({f"{ns}::axpy": [provider.name]}):
+        with flagos.routing.override({f"{ns}::axpy": [provider.name],
+                                      "aten::mul.Tensor": ["cpu"], "aten::sin": ["cpu"]}):
             for _ in range(3):
                 x, y = torch.randn(10, 6), torch.randn(6, 10)
-                want = 2 * x.mT + (y if work == "copy" else 1.0 if work == "fill" else 0.0)
-                torch.testing.assert_close(op(x.to("flagos").mT, y.to("flagos"), 2.0).cpu(),
-                                           want)
+                want = 2 * x.mT + {"copy": y, "fast": 2 * y, "routed": y.sin(), "fill": 1.0,
+                                   "zero": 0.0}[work]
+                xf = x.to("flagos").mT  # read in storage order: right where y is constant
+                xf = xf.contiguous() if work in ("fast", "routed") else xf
+                torch.testing.assert_close(op(xf, y.to("flagos"), 2.0).cpu(), want)
         after = launch_cache.stats()
         assert provider.calls == 3  # each call through Python
         assert after["kept"] == before["kept"] and after["python"] == before["python"] + 3

@@ -263,12 +263,17 @@ LaunchTable* launch_table(const Provider& p, const c10::OperatorHandle& op) {
 
 bool run_provider(const Provider& p, const c10::OperatorHandle& op, torch::jit::Stack* stack,
                   c10::DeviceIndex device) {
+  // The CPU fallback, the twin and an external library compute without a HAL launch: a
+  // launch-cache recording open around the call (a Python kernel running this op) would
+  // not repeat their work at a relaunch.
   switch (p.kind) {
     case EngineKind::CPU:
       run_cpu(op, stack, device);
+      spoil_launch_recording();
       return true;
     case EngineKind::TWIN:
       run_twin(op, stack, device);
+      spoil_launch_recording();
       return true;
     case EngineKind::PYTHON: {
       LaunchTable* table = launch_table(p, op);
@@ -278,8 +283,11 @@ bool run_provider(const Provider& p, const c10::OperatorHandle& op, torch::jit::
     }
     case EngineKind::FOREIGN:
       return run_foreign(p.callable, op, stack, device, launch_table(p, op));
-    case EngineKind::EXTERNAL:
-      return p.external.run(p.external.ctx, op, stack, device);
+    case EngineKind::EXTERNAL: {
+      bool ran = p.external.run(p.external.ctx, op, stack, device);
+      if (ran) spoil_launch_recording();
+      return ran;
+    }
   }
   return false;
 }
@@ -440,6 +448,7 @@ std::optional<TwinRoute> twin_route(OpState& st, c10::DeviceIndex device) {
   // While capturing, the routed path: it refuses a provider that cannot be captured, and
   // records a CPU twin's kernels on the stream (engines/twin/captured_host_call.h).
   if (C10_UNLIKELY(capture::current_stream_capturing(device))) return std::nullopt;
+  spoil_launch_recording();  // the twin's kernel computes, without a HAL launch
   return TwinRoute{*route->twin, route->counters.front(), route->chain.front().get()};
 }
 

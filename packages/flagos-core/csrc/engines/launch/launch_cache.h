@@ -24,7 +24,8 @@
 // metadata: the launches (grids, constants) and the results' shapes depend on nothing
 // else, and the launches are the whole of its device work. A call that launches otherwise
 // than through the HAL spoils its recording (flagos.launch_cache.spoil_recording), as
-// flagos' copy, fill and zero kernels do whenever a recording is open.
+// flagos' copy, fill and zero kernels and a routed op run by the CPU fallback, the twin or
+// an external library do whenever a recording is open.
 #pragma once
 
 #include <ATen/core/dispatch/Dispatcher.h>
