@@ -5,6 +5,11 @@
 #include <torch/csrc/Generator.h>
 #include <torch/extension.h>
 
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+
 #include "aten/alias.h"
 #include "capture/python_bindings.h"
 #include "compiled_code.h"
@@ -279,7 +284,17 @@ PYBIND11_MODULE(_C, m) {
     return static_cast<int>(flagos::hal_device_for(c10::Device(device)));
   });
   m.def("_launch_cache_recording", &flagos::launch_recording);
-  m.def("_launch_cache_spoil_recording", &flagos::spoil_launch_recording);
+  m.def("_launch_cache_spoil_recording", [](std::optional<std::string> why) {
+    // a reason from Python, kept for the process's life (a handful of distinct strings)
+    static std::mutex mutex;
+    static auto* reasons = new std::set<std::string>();
+    const char* kept = nullptr;
+    if (why) {
+      std::lock_guard<std::mutex> lock(mutex);
+      kept = reasons->insert(*why).first->c_str();
+    }
+    flagos::spoil_launch_recording(kept);
+  }, py::arg("why") = py::none());
   m.def("_set_provider_replayable", &flagos::set_provider_replayable);
   m.def("_launch_cache_stats", [] {
     auto s = flagos::launch_cache_stats();
@@ -290,8 +305,8 @@ PYBIND11_MODULE(_C, m) {
     d["unkeyed"] = s.unkeyed;
     return d;
   });
-  // without the GIL: a thread keeping a launch may wait for it while holding a cache lock
   m.def("_launch_cache_not_kept", &flagos::launch_cache_not_kept);
+  // without the GIL: a thread keeping a launch may wait for it while holding a cache lock
   m.def("_launch_cache_clear", &flagos::clear_launch_cache, py::call_guard<py::gil_scoped_release>());
   m.def("_launch_cache_set_enabled", &flagos::set_launch_cache_enabled);
   m.def("_launch_cache_enabled", &flagos::launch_cache_enabled);

@@ -498,14 +498,35 @@ class _BelowModesProvider(_AxpyProvider):
                 y = torch.ops.aten.mul.Tensor(y, 2.0)
             elif self.work == "routed":  # a routed op the CPU fallback computes
                 y = torch.ops.aten.sin(y)
+            elif self.work == "foreign":  # a kernel library's kernel, on the twin
+                y = torch.ops.flagos_test_below_modes_library.double(y)
             else:
                 y = torch.empty(x.shape, device=x.device)
                 y.fill_(1.0) if self.work == "fill" else y.zero_()
         return _launch(self.kernel, x, y, alpha)
 
 
-@pytest.mark.parametrize("work", ["copy", "fill", "zero", "fast", "routed"])
-def test_device_work_below_pythons_dispatch_modes_is_not_kept(axpy, work):
+@pytest.fixture
+def doubling_library():
+    """flagos_test_below_modes_library::double (2 * y), served by a kernel library's provider;
+    on a device with a twin its kernel runs on the twin's aliases."""
+    from flagos import provider_api
+
+    lib = torch.library.Library("flagos_test_below_modes_library", "DEF")
+    lib.define("double(Tensor y) -> Tensor")
+    lib.impl("double", lambda y: 2 * y, "CPU")
+    provider = type("DoublingLibrary", (_AxpyLibrary,), {
+        "name": "hal_kernels_doubling_library",
+        "serves": lambda self, op: op == "flagos_test_below_modes_library::double"})()
+    provider_api.register_foreign_provider(provider.name, {
+        "flagos_test_below_modes_library::double": lambda y: 2 * y}.get)
+    flagos.routing.register_provider(provider)
+    yield provider.name
+    lib._destroy()
+
+
+@pytest.mark.parametrize("work", ["copy", "fill", "zero", "fast", "routed", "foreign"])
+def test_device_work_below_pythons_dispatch_modes_is_not_kept(axpy, doubling_library, work):
     # The launch reads a temporary that only the copy, fill or routed op wrote: a relaunch
     # (a fresh temporary, no copy) would read garbage. The runtime's own copy and fill
     # kernels, and a routed op computed otherwise than by a HAL launch, spoil the
@@ -520,13 +541,15 @@ def test_device_work_below_pythons_dispatch_modes_is_not_kept(axpy, work):
     before = launch_cache.stats()
     try:
         with flagos.routing.override({f"{ns}::axpy": [provider.name],
-                                      "aten::mul.Tensor": ["cpu"], "aten::sin": ["cpu"]}):
+                                      "aten::mul.Tensor": ["cpu"], "aten::sin": ["cpu"],
+                                      "flagos_test_below_modes_library::double":
+                                          [doubling_library, "cpu"]}):
             for _ in range(3):
                 x, y = torch.randn(10, 6), torch.randn(6, 10)
-                want = 2 * x.mT + {"copy": y, "fast": 2 * y, "routed": y.sin(), "fill": 1.0,
-                                   "zero": 0.0}[work]
+                want = 2 * x.mT + {"copy": y, "fast": 2 * y, "routed": y.sin(), "foreign": 2 * y,
+                                   "fill": 1.0, "zero": 0.0}[work]
                 xf = x.to("flagos").mT  # read in storage order: right where y is constant
-                xf = xf.contiguous() if work in ("fast", "routed") else xf
+                xf = xf.contiguous() if work in ("fast", "routed", "foreign") else xf
                 torch.testing.assert_close(op(xf, y.to("flagos"), 2.0).cpu(), want)
         after = launch_cache.stats()
         assert provider.calls == 3  # each call through Python

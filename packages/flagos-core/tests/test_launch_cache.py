@@ -67,6 +67,11 @@ def ops(sim_kernel_image):
         out = torch.empty(x.numel() + 16, device=x.device)[: x.numel()]  # a larger buffer
         return launch(x, y, out, alpha)
 
+    def spoiled(x, y, alpha):
+        _python_calls.append("spoiled")
+        launch_cache.spoil_recording("a test's own reason")  # as a launch Triton made itself
+        return launch(x, y, torch.empty_like(x), alpha)
+
     def zeroed(x, y, alpha):
         _python_calls.append("zeroed")
         return launch(x, y, torch.zeros_like(x), alpha)  # device work a relaunch would not do
@@ -96,6 +101,7 @@ def ops(sim_kernel_image):
     lib = torch.library.Library("flagos_test_launch_cache", "DEF")
     kernels_ = {"axpy": axpy_kernel, "two_launches": two_launches, "temporary": temporary,
                 "aliased": aliased, "nested": nested, "padded": padded, "zeroed": zeroed,
+                "spoiled": spoiled,
                 "around_unkeyed": around_unkeyed}
     for name, fn in kernels_.items():
         lib.define(f"{name}(Tensor x, Tensor y, float alpha) -> Tensor")
@@ -177,7 +183,8 @@ def test_several_launches_are_kept_and_run_in_order(ops) -> None:
     ("temporary", "device work besides its launches"),
     ("aliased", "a result that is no fresh tensor"),
     ("padded", "a result that is no fresh tensor"),
-    ("zeroed", "device work besides its launches")])
+    ("zeroed", "device work besides its launches"),
+    ("spoiled", "a test's own reason")])
 def test_launches_a_kept_one_could_get_wrong_are_not_kept(ops, op: str, why: str) -> None:
     before, before_not_kept = launch_cache.stats(), launch_cache.not_kept()
     for _ in range(3):

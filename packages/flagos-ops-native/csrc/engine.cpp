@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 #include <ATen/ops/add.h>
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <algorithm>
@@ -84,6 +85,9 @@ const Table::Forms* forms_of(const c10::OperatorHandle& op) {
 bool run(void*, const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DeviceIndex device) {
   const Table::Forms* forms = forms_of(op);
   if (!forms) return false;
+  // A vendor library works on the current device (cuBLAS makes its handle there): the
+  // call's, whichever flagos device the thread had current.
+  c10::DeviceGuard on_device(c10::Device(c10::DeviceType::PrivateUse1, device));
   for (const Form& form : *forms) {
     if (run_convention(form, op, stack, device)) return true;
   }

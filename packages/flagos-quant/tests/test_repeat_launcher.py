@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from flagos_quant.triton_linear import _RepeatLauncher
+from flagos_quant.triton_linear import _NOT_THROUGH_HAL, _RepeatLauncher
 
 
 class _Compiled:
@@ -150,7 +150,7 @@ def test_inside_a_launch_cached_op_launches_go_through_the_hal(monkeypatch) -> N
             through_hal.append((type(self.compiled).__name__, self.device, grid, args))
 
     monkeypatch.setattr(launch_cache, "recording", lambda: True)
-    monkeypatch.setattr(launch_cache, "spoil_recording", lambda: pytest.fail("not kept"))
+    monkeypatch.setattr(launch_cache, "spoil_recording", lambda why=None: pytest.fail("not kept"))
     devices: list = []
     monkeypatch.setattr(launch_cache, "hal_device_for", lambda device: devices.append(device) or 3)
     monkeypatch.setattr(flagos.triton_driver, "HalCompiled", _HalCompiled)
@@ -179,7 +179,7 @@ def test_a_kernel_the_hal_fails_to_load_is_launched_by_triton_and_not_kept(monke
         raise RuntimeError("flagos: the HAL of flagos:0 loads no cubin")
 
     monkeypatch.setattr(launch_cache, "recording", lambda: True)
-    monkeypatch.setattr(launch_cache, "spoil_recording", lambda: spoiled.append(True))
+    monkeypatch.setattr(launch_cache, "spoil_recording", lambda why=None: spoiled.append(why))
     monkeypatch.setattr(launch_cache, "hal_device_for", lambda device: 0)
     monkeypatch.setattr(flagos.triton_driver, "HalCompiled", failing)
     log: list = []
@@ -187,7 +187,7 @@ def test_a_kernel_the_hal_fails_to_load_is_launched_by_triton_and_not_kept(monke
     x = torch.zeros(64)
     launch((2, 1), _args(x))
     launch((2, 1), _args(x))
-    assert [e[0] for e in log] == ["warmup", "run", "run"] and spoiled == [True, True]
+    assert [e[0] for e in log] == ["warmup", "run", "run"] and spoiled == [_NOT_THROUGH_HAL] * 2
     assert loads == [0, 0]  # a failed load is tried again at the next recorded call
 
 
@@ -196,10 +196,10 @@ def test_a_first_call_triton_can_only_launch_is_not_kept(monkeypatch) -> None:
 
     spoiled: list = []
     monkeypatch.setattr(launch_cache, "recording", lambda: True)
-    monkeypatch.setattr(launch_cache, "spoil_recording", lambda: spoiled.append(True))
+    monkeypatch.setattr(launch_cache, "spoil_recording", lambda why=None: spoiled.append(why))
     log: list = []
     _launcher(log)((2, 1), _args(torch.zeros(64)))  # a Triton without warmup
-    assert [e[0] for e in log] == ["triton"] and spoiled == [True]
+    assert [e[0] for e in log] == ["triton"] and spoiled == [_NOT_THROUGH_HAL]
 
 
 def test_a_launch_the_hal_cannot_make_is_triton_s_and_not_kept(monkeypatch) -> None:
@@ -209,11 +209,11 @@ def test_a_launch_the_hal_cannot_make_is_triton_s_and_not_kept(monkeypatch) -> N
 
     spoiled: list = []
     monkeypatch.setattr(launch_cache, "recording", lambda: True)
-    monkeypatch.setattr(launch_cache, "spoil_recording", lambda: spoiled.append(True))
+    monkeypatch.setattr(launch_cache, "spoil_recording", lambda why=None: spoiled.append(why))
     monkeypatch.setattr(launch_cache, "hal_device_for", lambda device: None)
     log: list = []
     launch = _launcher(log)
     x = torch.zeros(64)
     launch((2, 1), _args(x))
     launch((2, 1), _args(x))
-    assert [e[0] for e in log] == ["triton", "run"] and spoiled == [True, True]
+    assert [e[0] for e in log] == ["triton", "run"] and spoiled == [_NOT_THROUGH_HAL] * 2

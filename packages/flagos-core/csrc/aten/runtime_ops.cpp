@@ -134,6 +134,8 @@ at::Tensor& set_empty(at::Tensor& self) {
 at::Scalar local_scalar_dense(const at::Tensor& self) {
   TORCH_CHECK(self.numel() == 1, "flagos: a Tensor with ", self.numel(),
               " elements cannot be converted to Scalar");
+  // launches chosen by a value read from the device are no function of the call's metadata
+  spoil_launch_recording("a value read from the device on the host (.item())");
   return read_for_host(self).item();
 }
 

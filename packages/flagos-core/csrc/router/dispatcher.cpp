@@ -448,7 +448,6 @@ std::optional<TwinRoute> twin_route(OpState& st, c10::DeviceIndex device) {
   // While capturing, the routed path: it refuses a provider that cannot be captured, and
   // records a CPU twin's kernels on the stream (engines/twin/captured_host_call.h).
   if (C10_UNLIKELY(capture::current_stream_capturing(device))) return std::nullopt;
-  spoil_launch_recording();  // the twin's kernel computes, without a HAL launch
   return TwinRoute{*route->twin, route->counters.front(), route->chain.front().get()};
 }
 

@@ -106,10 +106,11 @@ def recording() -> bool:
     return _C._launch_cache_recording()
 
 
-def spoil_recording() -> None:
+def spoil_recording(why: str | None = None) -> None:
     """The running launch-cached kernel does device work that is not a launch through the HAL
-    (a launch through a twin's own driver, say): this call's launches are not kept."""
-    _C._launch_cache_spoil_recording()
+    (a launch through a twin's own driver, say): this call's launches are not kept, counted
+    in :func:`not_kept` under ``why`` (default: device work besides its launches)."""
+    _C._launch_cache_spoil_recording(why)
 
 
 def hal_device_for(device: torch.device) -> int | None:

@@ -283,6 +283,11 @@ def check_op(op: str, samples: Iterable[Sample], provider: str,
                         labels.append(f"call {n + 1} ({how})")
                 except Exception as err:  # noqa: BLE001 - the verdict names it
                     return Verdict(op, False, count, 0, f"raises on flagos: {err!r}"[:200])
+                counts = {len(_tensors(expected)), *(len(c) for c in calls)}
+                if len(counts) > 1:
+                    return Verdict(op, False, count, 0, "returns another number of tensors on "
+                                   f"flagos ({[len(c) for c in calls]}) than on the CPU "
+                                   f"({len(_tensors(expected))})")
                 for i, (e, *outs) in enumerate(zip(_tensors(expected), *calls, strict=True)):
                     for n in (1, 2):
                         a, b = outs[n - 1], outs[n]

@@ -91,6 +91,9 @@ def _gemv_meta(tile: tuple[int, int, int, int], scale_k: int) -> dict:
     return {"BLOCK_N": bn, "BLOCK_K": bk, "num_warps": warps, "num_stages": stages}
 
 
+# Why a call whose Triton launch Triton made itself is not kept (flagos.launch_cache.not_kept)
+_NOT_THROUGH_HAL = "a Triton launch made otherwise than through the HAL"
+
 class _RepeatLauncher:
     """A one-row kernel launched, on repeated calls, straight through its compiled form.
 
@@ -149,7 +152,7 @@ class _RepeatLauncher:
         if not self.usable or _hooked(self.knobs.launch_enter_hook) \
                 or _hooked(self.knobs.launch_exit_hook):
             if recorded:
-                launch_cache.spoil_recording()
+                launch_cache.spoil_recording(_NOT_THROUGH_HAL)
             self.jit_fn[grid](**args)
             return
         driver = self.drivers.active
@@ -163,7 +166,7 @@ class _RepeatLauncher:
                 kernel = self.jit_fn.warmup(grid=grid, **args)
             else:
                 if recorded:
-                    launch_cache.spoil_recording()
+                    launch_cache.spoil_recording(_NOT_THROUGH_HAL)
                 kernel = self.jit_fn[grid](**args)
                 self.compiled[key] = kernel.result() if hasattr(kernel, "result") else kernel
                 return
@@ -173,7 +176,7 @@ class _RepeatLauncher:
             if hal is not None:
                 hal.launch((grid[0], grid[1], 1), values)
                 return
-            launch_cache.spoil_recording()
+            launch_cache.spoil_recording(_NOT_THROUGH_HAL)
         kernel.run(grid[0], grid[1], 1, driver.get_current_stream(device),
                    kernel.function, kernel.packed_metadata, None, None, None, *values)
 

@@ -179,7 +179,7 @@ void launch_from_python(int device, uintptr_t function, const std::vector<uint32
     if (by_value.empty()) {
       record_hal_launch(l, std::move(params), PyObjectRef(keepalive.ptr()), stream == current);
     } else {
-      spoil_launch_recording();
+      spoil_launch_recording("a launch with a parameter passed by value (a tensor descriptor)");
     }
   }
   launch_kernel_from_python(l, stream, ptrs.data(), sizes.data(), static_cast<int>(n));

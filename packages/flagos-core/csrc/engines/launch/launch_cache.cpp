@@ -602,7 +602,7 @@ c10::DeviceIndex hal_device_for(c10::Device device) {
   return -1;
 }
 
-void spoil_launch_recording() { spoil(recording, kDeviceWork); }
+void spoil_launch_recording(const char* why) { spoil(recording, why ? why : kDeviceWork); }
 
 std::vector<std::pair<std::string, int64_t>> launch_cache_not_kept() {
   std::lock_guard<std::mutex> lock(not_kept_mutex);

@@ -104,8 +104,10 @@ bool launch_recording();
 // twin's current stream is that device's current stream; -1 where none.
 c10::DeviceIndex hal_device_for(c10::Device device);
 // The running Python kernel did device work besides its recorded launches (an ATen op
-// that computes): its launches are not kept.
-void spoil_launch_recording();
+// that computes), or something else that keeps them from being kept, `why` (a string that
+// lives as long as the process; nullptr: device work besides its launches): its launches
+// are not kept.
+void spoil_launch_recording(const char* why = nullptr);
 
 struct LaunchCacheStats {
   int64_t relaunched = 0;  // calls run from C++

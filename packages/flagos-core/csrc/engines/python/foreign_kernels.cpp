@@ -204,9 +204,13 @@ bool run_foreign(const PyObjectRef& resolver, const c10::OperatorHandle& op,
     return run_launch_cached(*replay, op, stack, [&] { return run_direct(resolved, op, stack); });
   }
   TwinCall call(device, *twin);
-  return call.run_with(op, stack, [&](const c10::OperatorHandle& o, torch::jit::Stack* s) {
+  bool ran = call.run_with(op, stack, [&](const c10::OperatorHandle& o, torch::jit::Stack* s) {
     return call_kernel(resolved, o, s);  // a decline leaves the arguments: run_with restores them
   });
+  // on the twin its kernels launch through the twin's driver, not the HAL: a recording open
+  // around this call would not repeat them
+  if (ran) spoil_launch_recording();
+  return ran;
 }
 
 }  // namespace flagos

@@ -25,6 +25,7 @@
 #include <type_traits>
 
 #include "aten/alias.h"
+#include "engines/launch/launch_cache.h"
 #include "engines/twin/twin_call.h"
 #include "router/dispatcher.h"
 #include "router/op_clock.h"
@@ -175,6 +176,7 @@ struct FastKernel<Op, Composite, OutOp, OnDeviceTwin, Ret(Args...)> {
         return (*Composite)(std::forward<Args>(args)...);
       } else if constexpr (!std::is_void_v<OnDeviceTwin>) {
         if (OnDeviceTwin::applies(*route, *device)) {
+          spoil_launch_recording();  // the twin computes, without a HAL launch
           return OnDeviceTwin::run(std::forward<Args>(args)...);
         }
       }
@@ -195,6 +197,7 @@ struct FastKernel<Op, Composite, OutOp, OnDeviceTwin, Ret(Args...)> {
             std::forward<Args>(args)...);
       }
     }
+    spoil_launch_recording();  // the twin computes, without a HAL launch
     device_activity::Scope span(op, [&] { return provider_name(route->provider); }, *device);
     uint64_t start = op_clock::now();
     TwinCall twin_call(*device, route->twin, &op);
