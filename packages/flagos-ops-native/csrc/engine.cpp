@@ -5,7 +5,6 @@
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 #include <ATen/ops/add.h>
-#include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <algorithm>
@@ -86,8 +85,18 @@ bool run(void*, const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::De
   const Table::Forms* forms = forms_of(op);
   if (!forms) return false;
   // A vendor library works on the current device (cuBLAS makes its handle there): the
-  // call's, whichever flagos device the thread had current.
-  c10::DeviceGuard on_device(c10::Device(c10::DeviceType::PrivateUse1, device));
+  // call's, whichever flagos device the thread had current. Set and put back only when it
+  // differs (a guard would set the device again on exit at every call).
+  struct OnDevice {
+    const c10::impl::DeviceGuardImplInterface* impl =
+        c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1);
+    c10::Device call, was;
+    explicit OnDevice(c10::DeviceIndex d)
+        : call(c10::DeviceType::PrivateUse1, d), was(impl->exchangeDevice(call)) {}
+    ~OnDevice() {
+      if (was != call) impl->uncheckedSetDevice(was);
+    }
+  } on_device(device);
   for (const Form& form : *forms) {
     if (run_convention(form, op, stack, device)) return true;
   }
