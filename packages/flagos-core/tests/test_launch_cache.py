@@ -193,9 +193,8 @@ def test_launches_a_kept_one_could_get_wrong_are_not_kept(ops, op: str, why: str
         torch.testing.assert_close(getattr(ops, op)(x, y, 1.5).cpu(), want.cpu())
     assert _delta(before) == {"relaunched": 0, "python": 3, "kept": 0, "unkeyed": 0}
     # each call counted once, under why it was not kept
-    not_kept = {r: n - before_not_kept.get(r, 0) for r, n in launch_cache.not_kept().items()}
-    assert {r: n for r, n in not_kept.items() if n} == {
-        next(r for r in not_kept if r.startswith(why)): 3}
+    not_kept = launch_cache.not_kept_since(before_not_kept)
+    assert list(not_kept.values()) == [3] and next(iter(not_kept)).startswith(why), not_kept
 
 
 def test_a_kernel_running_another_cached_op_is_not_kept(ops) -> None:

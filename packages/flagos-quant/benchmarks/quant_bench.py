@@ -336,9 +336,7 @@ def _launch_cache_note(label: str, step, steps: int) -> str:
         step()
     torch.flagos.synchronize()
     after = launch_cache.stats()
-    why = {r: n - not_kept.get(r, 0) for r, n in launch_cache.not_kept().items()}
-    why = "; ".join(f"{r}: {n / steps:g}" for r, n in sorted(why.items(), key=lambda i: -i[1])
-                    if n)
+    why = "; ".join(f"{r}: {n / steps:g}" for r, n in launch_cache.not_kept_since(not_kept).items())
     return (f"launch cache, {label}, per token: "
             f"{(after['relaunched'] - stats['relaunched']) / steps:g} relaunched, "
             f"{(after['python'] - stats['python']) / steps:g} through Python"

@@ -268,11 +268,10 @@ def bench_model(native: torch.device, min_time: float, quick: bool) -> Table:
                        ", ".join(f"{p} {n}" for p, n in sorted(used.items())))
     cache = {k: n - cache_before[k] for k, n in launch_cache.stats().items()}
     if cache["relaunched"] or cache["python"]:
-        why = {r: n - not_kept_before.get(r, 0) for r, n in launch_cache.not_kept().items()}
+        why = launch_cache.not_kept_since(not_kept_before)
         table.notes.append(
             f"launch cache: {cache['relaunched']} calls relaunched from C++, {cache['python']} "
-            "through Python" + "".join(f"; not kept, {r}: {n}" for r, n in
-                                       sorted(why.items(), key=lambda i: -i[1]) if n))
+            "through Python" + "".join(f"; not kept, {r}: {n}" for r, n in why.items()))
     table.notes.append("rounds: " + "; ".join(
         f"{name} {', '.join(f'{s * 1e3:.1f}' for s in times)} ms/step"
         for name, times in rounds.items()))

@@ -40,7 +40,7 @@ from flagos import _C
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["clear", "disabled", "hal_device_for", "not_kept", "pack_params", "param_kinds",
+__all__ = ["clear", "disabled", "hal_device_for", "not_kept", "not_kept_since", "pack_params", "param_kinds",
            "recording", "register", "spoil_recording", "stats", "triton_hook_set", "watched"]
 
 # Triton's scalar parameter types (the compiled kernel's signature) as C sizes
@@ -194,6 +194,13 @@ def not_kept() -> dict[str, int]:
     to memory that is no argument, result or temporary, ...), since start. What to read
     when an op meant to be relaunched keeps running its Python kernel."""
     return dict(_C._launch_cache_not_kept())
+
+
+def not_kept_since(before: dict[str, int]) -> dict[str, int]:
+    """The calls not kept since ``before`` (an earlier :func:`not_kept`), by why, the most
+    frequent reason first; reasons with none left out."""
+    since = {why: n - before.get(why, 0) for why, n in not_kept().items()}
+    return {why: n for why, n in sorted(since.items(), key=lambda i: -i[1]) if n}
 
 
 def clear() -> None:

@@ -309,8 +309,7 @@ def check_op(op: str, samples: Iterable[Sample], provider: str,
     if not count:
         return Verdict(op, False, 0, 0, "no sample")
     if not relaunched:
-        why = {r: n - before_not_kept.get(r, 0) for r, n in launch_cache.not_kept().items()}
-        why = ", ".join(f"{r} ({n})" for r, n in sorted(why.items(), key=lambda i: -i[1]) if n)
+        why = ", ".join(f"{r} ({n})" for r, n in launch_cache.not_kept_since(before_not_kept).items())
         return Verdict(op, False, count, 0, "never relaunched: its calls were not kept: "
                        f"{why or 'none was recorded (its kernel is no replayable one here)'}")
     return Verdict(op, True, count, relaunched, "")
